@@ -1,0 +1,48 @@
+# Two commands for a newcomer: `make book` builds the course, `make test` runs every test.
+# Both set up .venv/ first when needed.
+SHELL := /bin/bash
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+JOBS   ?= 2
+
+.PHONY: setup system-packages test book assignments autograde bench clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.txt pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -r requirements.txt
+	$(PY) -m pip install -q --disable-pip-version-check --no-deps -e .
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	$(MAKE) --no-print-directory system-packages
+	touch $(STAMP)
+
+# Debian packages the course uses when the machine allows it: the Fashion-MNIST data,
+# Chromium for the browser test of the book, bubblewrap for the grading sandbox.
+# Elsewhere vitref.data downloads Fashion-MNIST with torchvision on first use.
+DEB_PACKAGES := dataset-fashion-mnist chromium bubblewrap
+system-packages:
+	@missing=""; for p in $(DEB_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then echo "system packages present"; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing$$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "note: cannot install$$missing here (needs Debian and root); see README"; fi
+
+test: setup
+	$(PY) -m pytest
+
+book: setup
+	$(VENV)/bin/jupyter-book build . --keep-going
+
+assignments: setup
+	$(PY) -m autograder.nbtools generate
+
+autograde: setup
+	$(PY) -m autograder.nbtools autograde
+
+bench: setup
+	$(PY) -m bench
+
+clean:
+	rm -rf _build

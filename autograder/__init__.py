@@ -1,0 +1,1 @@
+"""autograder: checks student answers against vitref."""

@@ -1,0 +1,1 @@
+"""vitref: the reference implementation of the course."""
