@@ -1,0 +1,111 @@
+"""The Vision Transformer (Dosovitskiy et al., 2020), pre-LN.
+
+    z_0 = [x_cls; x_p^1 E; ...; x_p^N E] + E_pos          (B, N+1, D)
+    z'_l = z_{l-1} + MSA(LN(z_{l-1}))                      l = 1..L
+    z_l  = z'_l + MLP(LN(z'_l))
+    y    = head(LN(z_L^0))                                 (B, num_classes)
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ._checks import check_divisible
+from .blocks import TransformerEncoderBlock
+from .patches import ConvPatchEmbedding, check_images
+
+
+class ViT(nn.Module):
+    """``ViT(img_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_dim)``.
+
+    ``model(x (B, C, H, W))`` -> ``logits (B, num_classes)``;
+    ``model(x, return_attention=True)`` -> ``(logits, [weights (B, heads, N+1, N+1) per layer])``.
+    Without ``return_attention`` the blocks use PyTorch's fused attention kernel; with it, the
+    from-scratch attention of :mod:`vitref.attention` (same numbers, plus the weights).
+    """
+
+    def __init__(self, img_size: int = 32, patch_size: int = 4, in_channels: int = 3, num_classes: int = 10,
+                 dim: int = 128, depth: int = 6, num_heads: int = 4, mlp_dim: int = 512,
+                 dropout: float = 0.0, norm_eps: float = 1e-6):
+        super().__init__()
+        if img_size % patch_size:
+            raise ValueError(f"image size {img_size} is not divisible by patch size {patch_size}")
+        check_divisible(dim, num_heads)
+        self.config = dict(img_size=img_size, patch_size=patch_size, in_channels=in_channels, num_classes=num_classes,
+                           dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim, dropout=dropout, norm_eps=norm_eps)
+        self.img_size, self.patch_size, self.in_channels = img_size, patch_size, in_channels
+        self.num_patches = (img_size // patch_size) ** 2
+        self.patch_embed = ConvPatchEmbedding(in_channels, patch_size, dim)
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))                       # (1, 1, D)
+        self.pos_embed = nn.Parameter(torch.zeros(1, self.num_patches + 1, dim))    # (1, N+1, D)
+        self.pos_drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(
+            TransformerEncoderBlock(dim, num_heads, drop_p=dropout, forward_drop_p=dropout, norm_first=True,
+                                    mlp_dim=mlp_dim, norm_eps=norm_eps)
+            for _ in range(depth)
+        )
+        self.norm = nn.LayerNorm(dim, eps=norm_eps)
+        self.head = nn.Linear(dim, num_classes)
+        self.reset_parameters()
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        """Truncated-normal(0.02) weights and zero biases, as in the reference implementations."""
+        nn.init.trunc_normal_(self.pos_embed, std=0.02)
+        nn.init.trunc_normal_(self.cls_token, std=0.02)
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
+                nn.init.trunc_normal_(module.weight, std=0.02)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+            elif isinstance(module, nn.LayerNorm):
+                nn.init.ones_(module.weight)
+                nn.init.zeros_(module.bias)
+
+    def embed(self, images: torch.Tensor) -> torch.Tensor:
+        """Images ``(B, C, H, W)`` -> tokens with class token and positions ``(B, N+1, D)``."""
+        check_images(images, self.patch_size, self.in_channels, self.img_size)
+        patches = self.patch_embed(images)                                        # (B, N, D)
+        cls = self.cls_token.expand(images.shape[0], -1, -1)                      # (B, 1, D)
+        return self.pos_drop(torch.cat([cls, patches], dim=1) + self.pos_embed)   # (B, N+1, D)
+
+    def forward_features(self, images: torch.Tensor, return_attention: bool = False):
+        """Encoder output after the final LayerNorm, ``(B, N+1, D)`` [and per-layer weights]."""
+        x = self.embed(images)
+        attentions = []
+        for block in self.blocks:
+            if return_attention:
+                x, weights = block(x, return_attention=True)                     # weights (B, h, N+1, N+1)
+                attentions.append(weights)
+            else:
+                x = block(x)
+        x = self.norm(x)
+        return (x, attentions) if return_attention else x
+
+    def forward(self, images: torch.Tensor, return_attention: bool = False):
+        if return_attention:
+            features, attentions = self.forward_features(images, return_attention=True)
+            return self.head(features[:, 0]), attentions                          # (B, classes), list
+        return self.head(self.forward_features(images)[:, 0])                     # (B, num_classes)
+
+
+def count_parameters(module: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(p.numel() for p in module.parameters() if p.requires_grad)
+
+
+def vit_tiny_cifar10(num_classes: int = 10, **overrides) -> ViT:
+    """ViT-Tiny for CIFAR-10 (32x32 images, patch 4, D=128, 4 heads, depth 6, MLP 512): 1,205,898 parameters."""
+    config = dict(img_size=32, patch_size=4, in_channels=3, num_classes=num_classes, dim=128, depth=6,
+                  num_heads=4, mlp_dim=512)
+    return ViT(**{**config, **overrides})
+
+
+def vit_b16(num_classes: int = 1000, img_size: int = 224, **overrides) -> ViT:
+    """ViT-Base/16 (D=768, 12 heads, depth 12, MLP 3072); 85,800,963 parameters with 3 classes."""
+    config = dict(img_size=img_size, patch_size=16, in_channels=3, num_classes=num_classes, dim=768, depth=12,
+                  num_heads=12, mlp_dim=3072)
+    return ViT(**{**config, **overrides})
+
+
+__all__ = ["ViT", "count_parameters", "vit_tiny_cifar10", "vit_b16"]
