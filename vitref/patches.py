@@ -136,27 +136,29 @@ class ChannelwisePatchEmbedding(nn.Module):
 class PatchEmbedding(nn.Module):
     """The slides' patch embedding (Q2-Q4): patches -> linear projection -> class token -> positions.
 
-    ``forward(images (B, C, H, W)) -> (B, N + 1, E)``; token 0 is the class token.
+    ``forward(images (B, C, H, W)) -> (B, N + 1, E)``; token 0 is the class token
+    (``cls_token=False``: no class token, ``(B, N, E)``).
     ``positions`` is ``"learned"`` (a trained ``(N + 1, E)`` table), ``"sinusoidal"`` (the fixed
     table of :func:`~vitref.positional.sinusoidal_encoding`) or ``None``.
     """
 
     def __init__(self, in_channels: int = 3, patch_size: int = 16, emb_size: int = 768, img_size: int = 224,
-                 positions: str | None = "learned"):
+                 positions: str | None = "learned", cls_token: bool = True):
         super().__init__()
         if img_size % patch_size:
             raise ValueError(f"image size {img_size} is not divisible by patch size {patch_size}")
         self.in_channels, self.patch_size, self.img_size = in_channels, patch_size, img_size
         self.num_patches = (img_size // patch_size) ** 2
+        num_tokens = self.num_patches + int(cls_token)
         self.projection = nn.Sequential(
             Rearrange(PATCH_PATTERN, s1=patch_size, s2=patch_size),      # (B, N, P*P*C)
             nn.Linear(patch_size * patch_size * in_channels, emb_size),  # (B, N, E)
         )
-        self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size))       # (1, 1, E)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size)) if cls_token else None  # (1, 1, E)
         if positions == "learned":
-            self.positions = nn.Parameter(torch.randn(self.num_patches + 1, emb_size))  # (N+1, E)
+            self.positions = nn.Parameter(torch.randn(num_tokens, emb_size))  # (N+1, E), or (N, E) without CLS
         elif positions == "sinusoidal":
-            self.register_buffer("positions", sinusoidal_encoding(self.num_patches + 1, emb_size))
+            self.register_buffer("positions", sinusoidal_encoding(num_tokens, emb_size))
         elif positions is None:
             self.positions = None
         else:
@@ -165,6 +167,8 @@ class PatchEmbedding(nn.Module):
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         check_images(images, self.patch_size, self.in_channels, self.img_size)
         tokens = self.projection(images)                                          # (B, N, E)
+        if self.cls_token is None:
+            return tokens if self.positions is None else tokens + self.positions
         cls_tokens = repeat(self.cls_token, "() n e -> b n e", b=images.shape[0])  # (B, 1, E)
         tokens = torch.cat([cls_tokens, tokens], dim=1)                           # (B, N+1, E)
         return tokens if self.positions is None else tokens + self.positions
