@@ -1,0 +1,165 @@
+"""(b) nbgrader autograde, as `make autograde` runs it, in a scratch course folder.
+
+The reference solutions must get full marks, the blank exercises zero, and a correct
+answer that prints warnings on stderr must not lose points.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_output
+
+import autograder
+from autograder import nbtools
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENTS = nbtools.assignments(ROOT)
+NOISY = "02_positional_encoding"
+NOISY_CELL = '''
+import warnings
+
+_quiet_answer = getPositionEncoding
+
+
+def getPositionEncoding(seq_len, d, n=10000):
+    warnings.warn("a correct answer that also prints a warning", UserWarning)
+    return _quiet_answer(seq_len, d, n)
+'''
+
+
+def _submit(course: Path, student: str, name: str, nb) -> None:
+    folder = course / "instructor" / "submitted" / student / name
+    folder.mkdir(parents=True)
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+def _autograde(courses: list[Path]) -> None:
+    """`python -m autograder.nbtools autograde --course C` for each course, in parallel."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, "-m", "autograder.nbtools", "autograde", "--course", str(c)],
+                              cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for c in courses]
+    outs = [(p, p.communicate(timeout=1200)[0]) for p in procs]
+    for proc, out in outs:
+        assert proc.returncode == 0, out[-6000:]
+
+
+def _gradebook(course: Path) -> str:
+    return f"sqlite:///{course / 'instructor' / 'gradebook.db'}"
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """Two scratch courses graded side by side: (solutions + noisy answer) and blanks."""
+    good, blank = tmp_path_factory.mktemp("course-good"), tmp_path_factory.mktemp("course-blank")
+    for name in ASSIGNMENTS:
+        _submit(good, "solution", name, nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", 4))
+        _submit(blank, "blank", name, nbformat.read(ROOT / "exercises" / name / f"{name}.ipynb", 4))
+    noisy = nbformat.read(ROOT / "solutions" / NOISY / f"{NOISY}.ipynb", 4)
+    position = [c.id for c in noisy.cells].index("q1-answer") + 1
+    noisy.cells.insert(position, new_code_cell(NOISY_CELL.strip(), id="student-extra"))
+    _submit(good, "noisy", NOISY, noisy)
+    _autograde([good, blank])
+    scores = {**nbtools.scores(_gradebook(good)), **nbtools.scores(_gradebook(blank))}
+    return good, blank, scores
+
+
+def _max_points(name: str) -> float:
+    return float(sum(q.points for q in autograder.questions() if q.chapter == name))
+
+
+def test_solutions_get_full_marks(graded):
+    _, _, scores = graded
+    for name in ASSIGNMENTS:
+        score, max_score = scores[("solution", name)]
+        assert max_score == _max_points(name), name
+        assert score == max_score, f"{name}: the reference solution scored {score}/{max_score}"
+
+
+def test_blank_exercises_get_zero(graded):
+    _, _, scores = graded
+    for name in ASSIGNMENTS:
+        score, max_score = scores[("blank", name)]
+        assert max_score == _max_points(name), name
+        assert score == 0, f"{name}: the blank exercise scored {score}/{max_score}"
+
+
+def test_warnings_on_stderr_cost_no_points(graded):
+    _, _, scores = graded
+    assert scores[("noisy", NOISY)] == scores[("solution", NOISY)] == (_max_points(NOISY),) * 2
+
+
+def _errors(cell) -> list[str]:
+    return [o.ename for o in cell.get("outputs", []) if o.output_type == "error"]
+
+
+def test_blank_exercises_fail_only_at_the_blanks(graded):
+    """In the executed blank notebooks the answer cells fail with NotImplementedError (the
+    stub nbgrader put in), every test cell fails, and nothing else fails."""
+    _, blank, _ = graded
+    for name in ASSIGNMENTS:
+        nb = nbformat.read(blank / "instructor" / "autograded" / "blank" / name / f"{name}.ipynb", 4)
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            meta = cell.metadata.get("nbgrader", {})
+            errors = _errors(cell)
+            if meta.get("grade"):
+                assert errors, f"{name}/{cell.id}: the test cell passed on a blank exercise"
+            elif meta.get("solution"):
+                assert set(errors) <= {"NotImplementedError"}, f"{name}/{cell.id}: {errors}"
+            else:
+                assert not errors, f"{name}/{cell.id}: {errors}"
+
+
+def test_solutions_run_without_any_error_under_nbgrader(graded):
+    good, _, _ = graded
+    for name in ASSIGNMENTS:
+        nb = nbformat.read(good / "instructor" / "autograded" / "solution" / name / f"{name}.ipynb", 4)
+        failing = [(c.id, _errors(c)) for c in nb.cells if c.cell_type == "code" and _errors(c)]
+        assert not failing, f"{name}: {failing}"
+
+
+def test_export_writes_the_gradebook_scores(graded):
+    """nbgrader export: one row per student and assignment (0 where nothing was submitted)."""
+    good, _, scores = graded
+    with open(good / "instructor" / nbtools.NBGRADER_CSV, newline="") as fh:
+        rows = {(r["student_id"], r["assignment"]): (float(r["score"]), float(r["max_score"]))
+                for r in csv.DictReader(fh)}
+    assert len(rows) == 2 * len(ASSIGNMENTS)
+    assert rows[("noisy", "01_tokens")] == (0.0, _max_points("01_tokens"))
+    for key, value in scores.items():
+        if key[0] != "blank":
+            assert rows[key] == value, key
+
+
+def test_stderr_warnings_are_dropped_but_other_stderr_is_kept():
+    """The nbgrader_config.py setting behind test_warnings_on_stderr_cost_no_points."""
+    from nbgrader.preprocessors import IgnorePattern
+
+    config = nbtools.load_config(ROOT)
+    ignore = IgnorePattern(config=config)
+    assert ignore.enabled
+    cell = new_code_cell("x", outputs=[
+        new_output("stream", name="stderr",
+                   text="/x/einops/_backends.py:12: UserWarning: something changed\n  warnings.warn(\n"),
+        new_output("stream", name="stderr", text="Traceback (most recent call last): oops\n"),
+        new_output("stream", name="stdout", text="/a.py:3: UserWarning: printed on stdout\n"),
+    ])
+    cell, _ = ignore.preprocess_cell(cell, {}, 0)
+    assert [(o.name, o.text[:9]) for o in cell.outputs] == [("stderr", "Traceback"), ("stdout", "/a.py:3: ")]
+
+
+def test_autograde_with_nothing_submitted_says_where_to_put_submissions(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "autograder.nbtools", "autograde", "--course", str(tmp_path)],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "nothing to grade" in out.stdout and "instructor/submitted/<student>/<assignment>" in out.stdout
+    assert not (tmp_path / "instructor" / "gradebook.db").exists()
