@@ -1,0 +1,121 @@
+"""vitref.vit: the Vision Transformer, its attention maps, presets and parameter counts."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+import vitref
+
+SMALL = dict(img_size=8, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, mlp_dim=24)
+
+
+def randomize_(model, std=0.2):
+    with torch.no_grad():
+        for p in model.parameters():
+            p.normal_(0.0, std)
+    return model
+
+
+def small_vit(**overrides):
+    return randomize_(vitref.ViT(**{**SMALL, **overrides})).eval()
+
+
+@pytest.mark.parametrize("batch", [1, 3])
+def test_vit_output_shapes(batch):
+    model = small_vit()
+    logits = model(torch.randn(batch, 3, 8, 8))
+    assert tuple(logits.shape) == (batch, 5)
+
+
+@pytest.mark.parametrize("overrides", [{}, dict(img_size=12, patch_size=3, in_channels=1, num_heads=4, depth=3)])
+def test_vit_attention_maps(overrides):
+    model = small_vit(**overrides)
+    config = {**SMALL, **overrides}
+    num_tokens = (config["img_size"] // config["patch_size"]) ** 2 + 1
+    images = torch.randn(2, config["in_channels"], config["img_size"], config["img_size"])
+    logits, attentions = model(images, return_attention=True)
+    assert tuple(logits.shape) == (2, config["num_classes"])
+    assert len(attentions) == config["depth"]
+    for weights in attentions:
+        assert tuple(weights.shape) == (2, config["num_heads"], num_tokens, num_tokens)
+        assert (weights >= 0).all()
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, config["num_heads"], num_tokens))
+    # the fused path (no weights) and the from-scratch path give the same logits
+    torch.testing.assert_close(model(images), logits, atol=1e-5, rtol=1e-5)
+
+
+def test_vit_return_attention_same_logits_float64(float64):
+    model = small_vit()
+    images = torch.randn(4, 3, 8, 8)
+    logits, _ = model(images, return_attention=True)
+    torch.testing.assert_close(model(images), logits, atol=1e-12, rtol=1e-12)
+
+
+def test_vit_is_pre_ln_with_cls_token_learned_positions_final_norm_and_head(float64):
+    model = small_vit()
+    images = torch.randn(2, 3, 8, 8)
+    assert isinstance(model.patch_embed.proj, torch.nn.Conv2d)
+    assert tuple(model.cls_token.shape) == (1, 1, 16)
+    assert tuple(model.pos_embed.shape) == (1, 5, 16)
+    tokens = model.patch_embed.proj(images).flatten(2).transpose(1, 2)  # (B, N, D)
+    x = torch.cat([model.cls_token.expand(2, -1, -1), tokens], dim=1) + model.pos_embed  # (B, N+1, D)
+    expected_maps = []
+    for block in model.blocks:
+        assert isinstance(block, vitref.TransformerEncoderBlock)
+        attended, weights = block.attn(block.norm1(x), return_attention=True)
+        expected_maps.append(weights)
+        x = x + attended
+        x = x + block.mlp(block.norm2(x))
+    expected = model.head(model.norm(x)[:, 0])  # classify from the class token
+    logits, maps = model(images, return_attention=True)
+    torch.testing.assert_close(model(images), expected)
+    torch.testing.assert_close(logits, expected)
+    for got, want in zip(maps, expected_maps):
+        torch.testing.assert_close(got, want)
+
+
+def test_vit_examples_are_independent():
+    model = small_vit()
+    images = torch.randn(3, 3, 8, 8)
+    torch.testing.assert_close(model(images[1:2]), model(images)[1:2], atol=1e-6, rtol=1e-5)
+
+
+def test_vit_every_parameter_learns():
+    model = vitref.ViT(**SMALL)
+    loss = F.cross_entropy(model(torch.randn(4, 3, 8, 8)), torch.tensor([0, 1, 2, 3]))
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+# ---------------------------------------------------------------- presets and counts (book facts)
+
+def test_vit_tiny_cifar10_parameter_count_and_forward():
+    model = vitref.vit_tiny_cifar10()
+    assert vitref.count_parameters(model) == 1_205_898
+    assert len(model.blocks) == 6
+    for block in model.blocks:
+        assert vitref.count_parameters(block) == 198_272
+    # the seed's breakdown
+    assert vitref.count_parameters(model.patch_embed) == 6_272
+    assert model.cls_token.numel() == 128
+    assert model.pos_embed.numel() == 8_320
+    assert vitref.count_parameters(model.head) == 1_290
+    model.eval()
+    logits, attentions = model(torch.randn(2, 3, 32, 32), return_attention=True)
+    assert tuple(logits.shape) == (2, 10)
+    assert tuple(attentions[0].shape) == (2, 4, 65, 65)
+
+
+def test_vit_b16_three_classes_parameter_count():
+    with torch.device("meta"):
+        model = vitref.vit_b16(num_classes=3)
+    assert vitref.count_parameters(model) == 85_800_963
+    assert tuple(model.pos_embed.shape) == (1, 197, 768)
+    assert len(model.blocks) == 12
+
+
+def test_vit_b16_default_is_imagenet_head():
+    with torch.device("meta"):
+        model = vitref.vit_b16()
+    assert model.head.out_features == 1000
+    assert vitref.count_parameters(model) == 86_567_656  # timm's vit_base_patch16_224 has the same count
