@@ -109,6 +109,21 @@ def test_vit_decoder_outputs_patches(causal):
     assert not torch.allclose(changed[1], patches[1])
 
 
+def test_vit_decoder_causal_flag_is_used(float64):
+    config = dict(img_size=8, patch_size=4, dim=16, num_heads=2, mlp_dim=32, depth=1, in_channels=3)
+    parallel = randomize_(vitref.ViTDecoder(**config, causal=False)).eval()
+    causal = vitref.ViTDecoder(**config, causal=True).eval()
+    causal.load_state_dict(parallel.state_dict())
+    context = torch.randn(2, 5, 16)
+    block = causal.blocks[0]
+    tokens = causal.pos_embed(causal.mask_token.expand(2, 4, -1))  # (B, N, D): mask token + positions
+    h = tokens + block.self_attn(block.norm1(tokens), mask=vitref.causal_mask(4))
+    h = h + block.cross_attn(block.norm2(h), context)
+    h = h + block.mlp(block.norm3(h))
+    torch.testing.assert_close(causal(context), causal.head(causal.norm(h)))
+    assert not torch.allclose(causal(context), parallel(context))
+
+
 def test_vit_decoder_patches_fold_back_to_an_image():
     decoder = vitref.ViTDecoder(img_size=8, patch_size=2, dim=8, num_heads=2, mlp_dim=16, depth=1, in_channels=1)
     patches = decoder(torch.randn(1, 3, 8))

@@ -128,6 +128,25 @@ def test_fused_from_loop_same_function(float64, emb_size, num_heads):
         torch.testing.assert_close(rows[2, i], head.value.weight)
 
 
+@pytest.mark.parametrize("batch", [2, 3])
+def test_fused_and_loop_agree_on_per_example_masks(float64, batch):
+    # A (B, N, N) mask: one mask per example. The loop hands it to every head, where it
+    # broadcasts against (B, N, N) scores. The fused module must either do the same or refuse
+    # it with a ValueError; with B == num_heads it must not silently read it as one mask per head.
+    loop = vitref.MultiHeadAttentionLoop(8, 2).eval()
+    fused = vitref.fused_from_loop(loop).eval()
+    x = torch.randn(batch, 4, 8)
+    per_example = torch.stack([vitref.causal_mask(4) if b % 2 == 0 else torch.ones(4, 4, dtype=torch.bool)
+                               for b in range(batch)])  # (B, N, N)
+    expected = loop(x, mask=per_example)
+    torch.testing.assert_close(expected[0], loop(x[:1], mask=vitref.causal_mask(4))[0])  # the loop's reading
+    try:
+        out = fused(x, mask=per_example)
+    except ValueError:
+        return
+    torch.testing.assert_close(out, expected)
+
+
 def test_fused_from_loop_copies_not_shares():
     loop = vitref.MultiHeadAttentionLoop(8, 2)
     fused = vitref.fused_from_loop(loop)
