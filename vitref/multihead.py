@@ -21,8 +21,16 @@ from .attention import AttentionHead, _mask_as_bool, causal_mask, scaled_dot_pro
 
 
 def _attend(q, k, v, mask, causal, dropout_p, need_weights, training):
-    """Attention over heads: ``q (B, h, T, d)``, ``k, v (B, h, S, d)`` -> ``(B, h, T, d)`` [, weights]."""
+    """Attention over heads: ``q (B, h, T, d)``, ``k, v (B, h, S, d)`` -> ``(B, h, T, d)`` [, weights].
+
+    ``mask`` may be ``(T, S)`` (shared), ``(B, T, S)`` (one per example, the same for every
+    head) or anything broadcastable to ``(B, h, T, S)``.
+    """
     T, S = q.shape[-2], k.shape[-2]
+    if mask is not None:
+        mask = torch.as_tensor(mask, device=q.device)
+        if mask.dim() == 3:                       # (B, T, S) -> (B, 1, T, S): per example, shared by heads
+            mask = mask.unsqueeze(1)
     if causal:
         if T != S:
             raise ValueError(f"a causal mask needs as many queries as keys, got T={T}, S={S}")
