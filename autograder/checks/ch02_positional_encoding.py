@@ -1,0 +1,126 @@
+"""Chapter 2, positional encoding: the slides' Q1, ``getPositionEncoding``.
+
+Skeleton (the slides' Q1)::
+
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(seq_len):
+            for i in np.arange(int(d/2)):
+                # Q1. Fill in the blanks to complete the positional encoding function.
+                denominator = ...
+                P[k, 2*i] = ...
+                P[k, 2*i+1] = ...
+        return P
+
+The expected table: ``P[k, 2i] = sin(k / n^(2i/d))``, ``P[k, 2i+1] = cos(k / n^(2i/d))``.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..core import Case, Mistake, Question, register
+from ._common import vitref
+
+Q1_CASES = [
+    Case("seq_len=4, d=4, n=100 (the slides' table)", {"seq_len": 4, "d": 4, "n": 100}),
+    Case("seq_len=10, d=6 (default n=10000)", {"seq_len": 10, "d": 6, "n": None}, {10: "seq_len", 6: "d"}),
+    Case("seq_len=7, d=16, n=50", {"seq_len": 7, "d": 16, "n": 50}, {7: "seq_len", 16: "d"}),
+    Case("seq_len=5, d=8, n=1000", {"seq_len": 5, "d": 8, "n": 1000}, {5: "seq_len", 8: "d"}),
+]
+
+
+def _run_q1(answer, case, rec):
+    p = case.params
+    if p["n"] is None:
+        table = rec.call(answer, p["seq_len"], p["d"])
+    else:
+        table = rec.call(answer, p["seq_len"], p["d"], p["n"])
+    rec.output("P", table)
+
+
+def _reference():
+    def getPositionEncoding(seq_len, d, n=10000):
+        return vitref().sinusoidal_encoding(seq_len, d, n)
+    return [getPositionEncoding]
+
+
+def _table(angle_fn, sin_first=True, halves=False, start=0):
+    """A wrong table built like the loops of the skeleton: ``angle_fn(k, i, d, n, column)``."""
+    def build(parts):
+        def getPositionEncoding(seq_len, d, n=10000):
+            P = np.zeros((seq_len, d))
+            for k in range(start, seq_len + start):
+                for i in np.arange(int(d / 2)):
+                    even_col, odd_col = (i, i + d // 2) if halves else (2 * i, 2 * i + 1)
+                    a_even = angle_fn(k, i, d, n, 2 * i)
+                    a_odd = angle_fn(k, i, d, n, 2 * i + 1)
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        P[k - start, even_col] = np.sin(a_even) if sin_first else np.cos(a_even)
+                        P[k - start, odd_col] = np.cos(a_odd) if sin_first else np.sin(a_odd)
+            return P
+        return getPositionEncoding
+    return build
+
+
+def _transposed(parts):
+    good = _table(lambda k, i, d, n, col: k / np.power(n, 2 * i / d))(parts)
+
+    def getPositionEncoding(seq_len, d, n=10000):
+        return good(seq_len, d, n).T
+    return getPositionEncoding
+
+
+def _precedence(k, i, d, n, col):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.float64(k) / (np.float64(n) ** 2 * i / d)
+
+
+Q1_MISTAKES = [
+    Mistake("sin_cos_swapped", "sine and cosine swapped",
+            "Even columns 2i hold the sine, odd columns 2i+1 the cosine (P[k, 0] = sin(k) = 0 for k = 0).",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * i / d), sin_first=False)),
+    Mistake("exponent_i_over_d", "exponent i/d instead of 2i/d",
+            "The denominator is n^(2i/d): the pair index i is doubled.",
+            _table(lambda k, i, d, n, col: k / np.power(n, i / d))),
+    Mistake("exponent_column_index", "exponent from the column index (2i+1 for the cosine)",
+            "Both columns of pair i share one frequency: use 2i/d for the sine and for the cosine.",
+            _table(lambda k, i, d, n, col: k / np.power(n, col / d))),
+    Mistake("exponent_doubled_twice", "exponent 4i/d: i doubled twice",
+            "i already counts pairs; the exponent is 2*i/d, not 2*(2*i)/d.",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * (2 * i) / d))),
+    Mistake("n_hardcoded", "n fixed at 10000",
+            "Use the argument n in the denominator (the slides' table uses n = 100).",
+            _table(lambda k, i, d, n, col: k / np.power(10000, 2 * i / d))),
+    Mistake("multiplied", "position multiplied by the denominator",
+            "The angle is k divided by n^(2i/d), not multiplied.",
+            _table(lambda k, i, d, n, col: k * np.power(n, 2 * i / d))),
+    Mistake("precedence", "n**2*i/d instead of n**(2*i/d)",
+            "Operator precedence: n**2*i/d means (n**2)*i/d; write np.power(n, 2*i/d) or n**(2*i/d).",
+            _table(_precedence)),
+    Mistake("halves", "sines in the first half of the columns, cosines in the second",
+            "Interleave: column 2i gets the sine and column 2i+1 the cosine of the same angle.",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * i / d), halves=True)),
+    Mistake("positions_from_one", "positions counted from 1",
+            "Row k is position k, starting at 0 (the first row is sin(0) = 0, cos(0) = 1).",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * i / d), start=1)),
+    Mistake("transposed", "table transposed, (d, seq_len)",
+            "Return one row per position: shape (seq_len, d).",
+            _transposed),
+]
+
+register(Question(
+    id="q1", chapter="02_positional_encoding", title="Q1 positional encoding (getPositionEncoding)", points=2,
+    answer_name="getPositionEncoding", kind="function", signature="getPositionEncoding(seq_len, d, n=10000) -> (seq_len, d)",
+    cases=Q1_CASES, run_case=_run_q1, references=_reference, catalogue=Q1_MISTAKES,
+    outputs={"P": "(seq_len, d)"},
+    skeleton='''def getPositionEncoding(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d/2)):
+            # Q1. Fill in the blanks to complete the positional encoding function.
+            denominator = ...
+            P[k, 2*i] = ...
+            P[k, 2*i+1] = ...
+    return P
+''',
+))

@@ -1,0 +1,351 @@
+"""Chapter 3, attention: softmax, scaled dot-product attention, one attention head.
+
+Skeletons::
+
+    def softmax(x, dim=-1):
+        # numerically stable: subtract the maximum along dim before exp
+        ...
+
+    def scaled_dot_product_attention(q, k, v, mask=None):
+        # q (..., T, d_k), k (..., S, d_k), v (..., S, d_v); mask broadcastable to (..., T, S),
+        # 1/True where query t may attend key s, 0/False where blocked.
+        # returns (out (..., T, d_v), weights (..., T, S))
+        ...
+
+    class AttentionHead(nn.Module):
+        def __init__(self, dim, head_dim):
+            super().__init__()
+            self.query = nn.Linear(dim, head_dim)
+            self.key = nn.Linear(dim, head_dim)
+            self.value = nn.Linear(dim, head_dim)
+
+        def forward(self, x, mask=None):
+            # x (B, T, dim) -> (out (B, T, head_dim), weights (B, T, T))
+            ...
+
+A query whose keys are all masked must not produce NaN: its weights may be all zeros (as
+in vitref) or uniform (what a large negative fill such as -1e9 gives); both are accepted.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import inputs as I
+from ..core import Case, Mistake, Question, register
+from ._common import call_with_mask, vitref
+
+# --------------------------------------------------------------------------- softmax
+
+SOFTMAX_CASES = [
+    Case("x (2, 5), default dim", {"shape": (2, 5), "dim": None, "seed": 31, "scale": 3.0}, {2: "B", 5: "n"}),
+    Case("x (3, 4, 6), dim=1", {"shape": (3, 4, 6), "dim": 1, "seed": 32, "scale": 2.0}),
+    Case("x (2, 4) with values near +-1000 (overflow test)",
+         {"shape": (2, 4), "dim": -1, "seed": 33, "scale": 3.0, "large": True}),
+    Case("x (4, 3), dim=0", {"shape": (4, 3), "dim": 0, "seed": 34, "scale": 2.0}),
+    Case("x (2, 5) with some -inf entries (masked logits)",
+         {"shape": (2, 5), "dim": -1, "seed": 35, "scale": 2.0, "neg_inf": True}),
+]
+
+
+def _softmax_input(p):
+    x = I.randn(p["shape"], p["seed"], p["scale"])
+    if p.get("large"):
+        x = x + np.array([[1000.0], [-1000.0]], dtype=np.float32)
+    if p.get("neg_inf"):
+        x[0, 1] = -np.inf
+        x[1, 3] = -np.inf
+        x[1, 0] = -np.inf
+    return x
+
+
+def _run_softmax(answer, case, rec):
+    p = case.params
+    x = rec.tensor(_softmax_input(p))
+    out = rec.call(answer, x) if p["dim"] is None else rec.call(answer, x, p["dim"])
+    rec.output("softmax", out)
+
+
+def _softmax_variant(fn):
+    def build(parts):
+        def softmax(x, dim=-1):
+            return fn(x, dim)
+        return softmax
+    return build
+
+
+def _no_keepdim(x, dim):
+    e = torch.exp(x - x.max(dim)[0])
+    return e / e.sum(dim)
+
+
+SOFTMAX_MISTAKES = [
+    Mistake("no_max_subtraction", "not numerically stable: exp of large values overflows",
+            "exp(1000) is inf in float32 (and float64), so inf/inf = NaN. Subtract the maximum along dim "
+            "first: softmax(x) = softmax(x - max(x)).",
+            _softmax_variant(lambda x, dim: torch.exp(x) / torch.exp(x).sum(dim, keepdim=True))),
+    Mistake("ignores_dim", "always normalises over the last axis",
+            "Use the dim argument for the max, the exp-sum and the division.",
+            _softmax_variant(lambda x, dim: torch.exp(x - x.amax(-1, keepdim=True))
+                             / torch.exp(x - x.amax(-1, keepdim=True)).sum(-1, keepdim=True))),
+    Mistake("global_sum", "normalised over all elements",
+            "Each slice along dim must sum to 1: pass dim (and keepdim=True) to max and sum.",
+            _softmax_variant(lambda x, dim: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum())),
+    Mistake("no_exp", "no exponential",
+            "softmax(x)_i = exp(x_i) / sum_j exp(x_j): exponentiate before normalising.",
+            _softmax_variant(lambda x, dim: x / x.sum(dim, keepdim=True))),
+    Mistake("no_keepdim", "max and sum without keepdim=True",
+            "Without keepdim the reduced axis disappears and broadcasting lines the values up wrongly; "
+            "use x.amax(dim, keepdim=True) and .sum(dim, keepdim=True).",
+            _softmax_variant(_no_keepdim)),
+    Mistake("log_softmax", "returned log-probabilities",
+            "Return the probabilities exp(x - max) / sum(exp(x - max)), not their logarithm.",
+            _softmax_variant(lambda x, dim: (x - x.amax(dim, keepdim=True))
+                             - torch.log(torch.exp(x - x.amax(dim, keepdim=True)).sum(dim, keepdim=True)))),
+]
+
+register(Question(
+    id="softmax", chapter="03_attention", title="Numerically stable softmax", points=1, answer_name="softmax",
+    kind="function", signature="softmax(x, dim=-1) -> same shape as x",
+    cases=SOFTMAX_CASES, run_case=_run_softmax, references=lambda: [vitref().softmax],
+    catalogue=SOFTMAX_MISTAKES, forbidden=("softmax",), outputs={"softmax": "the shape of x"},
+    skeleton='''def softmax(x, dim=-1):
+    """Softmax of tensor x along dim, safe for large values."""
+    shifted = ...   # x minus its maximum along dim (keepdim=True)
+    exps = ...
+    return ...      # each slice along dim sums to 1
+''',
+))
+
+# --------------------------------------------------------------------------- attention
+
+ATTENTION_CASES = [
+    Case("q, k, v (1, 3, 4), no mask", {"q": (1, 3, 4), "k": (1, 3, 4), "v": (1, 3, 4), "seed": 41},
+         {1: "B", 3: "T", 4: "d_k"}),
+    Case("q (2, 5, 8), k (2, 7, 8), v (2, 7, 6), no mask",
+         {"q": (2, 5, 8), "k": (2, 7, 8), "v": (2, 7, 6), "seed": 42},
+         {2: "B", 5: "T", 7: "S", 8: "d_k", 6: "d_v"}),
+    Case("q (2, 3, 5, 8), k (2, 3, 7, 8), v (2, 3, 7, 6) (heads), mask (5, 7)",
+         {"q": (2, 3, 5, 8), "k": (2, 3, 7, 8), "v": (2, 3, 7, 6), "mask": (5, 7), "seed": 43},
+         {2: "B", 3: "h", 5: "T", 7: "S", 8: "d_k", 6: "d_v"}),
+    Case("q (2, 4, 8), k (2, 6, 8), v (2, 6, 3), mask (2, 4, 6) with fully masked rows",
+         {"q": (2, 4, 8), "k": (2, 6, 8), "v": (2, 6, 3), "mask": (2, 4, 6), "full_rows": [(0, 1), (1, 3)],
+          "seed": 44},
+         {2: "B", 4: "T", 6: "S", 8: "d_k", 3: "d_v"}),
+]
+
+
+def _run_attention(answer, case, rec):
+    p = case.params
+    q = rec.tensor(I.randn(p["q"], p["seed"]))
+    k = rec.tensor(I.randn(p["k"], p["seed"] + 100))
+    v = rec.tensor(I.randn(p["v"], p["seed"] + 200))
+    mask = None
+    if "mask" in p:
+        mask = rec.tensor(I.bernoulli_mask(p["mask"], p["seed"], full_rows=p.get("full_rows", ())))
+    result = call_with_mask(rec, answer, q, k, v, mask=mask)
+    out, weights = rec.unpack(result, ("out", "weights"), "scaled_dot_product_attention")
+    rec.output("out", out)
+    rec.output("weights", weights)
+
+
+def _finite_fill_attention(q, k, v, mask=None):
+    """The same attention with -1e9 for blocked scores: fully masked rows become uniform."""
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = vitref().softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+def _attention_references():
+    return [vitref().scaled_dot_product_attention, _finite_fill_attention]
+
+
+def _attn(scale="sqrt_dk", softmax_dim=-1, mask_mode="fill", fill=float("-inf"), after=None, returns=None):
+    """A wrong attention, parametrised by the mistake."""
+    def build(parts):
+        def scaled_dot_product_attention(q, k, v, mask=None):
+            scores = q @ k.transpose(-2, -1)
+            if scale == "sqrt_dk":
+                scores = scores / math.sqrt(q.shape[-1])
+            elif scale == "dk":
+                scores = scores / q.shape[-1]
+            elif scale == "sqrt_dv":
+                scores = scores / math.sqrt(v.shape[-1])
+            if mask is not None and mask_mode == "fill":
+                scores = scores.masked_fill(mask == 0, fill)
+            elif mask is not None and mask_mode == "inverted":
+                scores = scores.masked_fill(mask != 0, fill)
+            weights = torch.softmax(scores, dim=softmax_dim)
+            if mask is not None and mask_mode == "after":
+                weights = weights * (mask != 0)
+            if after == "scale_after":
+                weights = weights / math.sqrt(q.shape[-1])
+            out = weights @ v
+            if returns == "scores":
+                return out, scores
+            if returns == "swapped":
+                return weights, out
+            return out, weights
+        return scaled_dot_product_attention
+    return build
+
+
+ATTENTION_MISTAKES = [
+    Mistake("no_scaling", "missing the 1/sqrt(d_k) scaling",
+            "Divide the scores q k^T by sqrt(d_k) before the softmax (d_k = q.shape[-1]).",
+            _attn(scale=None, fill=-1e9)),
+    Mistake("scale_by_dk", "scores divided by d_k instead of sqrt(d_k)",
+            "The scaling is 1/sqrt(d_k): it keeps the variance of q.k near 1.",
+            _attn(scale="dk", fill=-1e9)),
+    Mistake("scale_by_dv", "scores divided by sqrt(d_v) instead of sqrt(d_k)",
+            "Scale by the size of the vectors in the dot product, d_k = q.shape[-1], not d_v.",
+            _attn(scale="sqrt_dv", fill=-1e9)),
+    Mistake("softmax_over_queries", "softmax over the queries axis",
+            "Each query's weights must sum to 1 over the keys: softmax over the last axis (dim=-1).",
+            _attn(softmax_dim=-2, fill=-1e9)),
+    Mistake("nan_fully_masked", "fully masked rows give NaN",
+            "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN. Use a large negative "
+            "number such as -1e9 instead of -inf, or set those rows to zero.",
+            _attn(fill=float("-inf"))),
+    Mistake("mask_after_softmax", "mask applied after the softmax",
+            "Blocked scores must be set to -inf (or -1e9) before the softmax, so the allowed weights "
+            "still sum to 1.",
+            _attn(mask_mode="after")),
+    Mistake("mask_inverted", "mask polarity inverted",
+            "The mask is 1/True where a query MAY attend: block the positions where it is 0/False "
+            "(masked_fill(mask == 0, ...)).",
+            _attn(mask_mode="inverted", fill=-1e9)),
+    Mistake("mask_ignored", "the mask is ignored",
+            "When mask is given, set the blocked scores to -inf (or -1e9) before the softmax.",
+            _attn(mask_mode=None)),
+    Mistake("scale_after_softmax", "scaling applied after the softmax",
+            "Divide the scores by sqrt(d_k) before the softmax; dividing the weights afterwards breaks "
+            "their sum to 1.",
+            _attn(scale=None, after="scale_after", fill=-1e9)),
+    Mistake("returns_scores", "returned the scores instead of the softmax weights",
+            "The second result is the attention weights softmax(q k^T / sqrt(d_k)), each row summing to 1.",
+            _attn(fill=-1e9, returns="scores")),
+    Mistake("swapped_returns", "returned (weights, out) instead of (out, weights)",
+            "Return the output first: return out, weights.",
+            _attn(fill=-1e9, returns="swapped")),
+]
+
+register(Question(
+    id="attention", chapter="03_attention", title="Scaled dot-product attention", points=3,
+    answer_name="scaled_dot_product_attention", kind="function",
+    signature="scaled_dot_product_attention(q, k, v, mask=None) -> (out (..., T, d_v), weights (..., T, S))",
+    cases=ATTENTION_CASES, run_case=_run_attention, references=_attention_references,
+    catalogue=ATTENTION_MISTAKES, forbidden=("attention",),
+    outputs={"out": "(..., T, d_v)", "weights": "(..., T, S)"},
+    skeleton='''def scaled_dot_product_attention(q, k, v, mask=None):
+    """q (..., T, d_k), k (..., S, d_k), v (..., S, d_v) -> (out (..., T, d_v), weights (..., T, S)).
+
+    mask (broadcastable to (..., T, S)) is 1/True where query t may attend key s.
+    """
+    d_k = q.shape[-1]
+    scores = ...    # (..., T, S)
+    if mask is not None:
+        scores = ...  # block where mask == 0 (a query with no allowed key must not give NaN)
+    weights = ...   # (..., T, S), each row sums to 1
+    out = ...       # (..., T, d_v)
+    return out, weights
+''',
+))
+
+# --------------------------------------------------------------------------- attention head
+
+HEAD_CASES = [
+    Case("AttentionHead(dim=8, head_dim=4), x (1, 5, 8), no mask", {"dim": 8, "head_dim": 4, "x": (1, 5, 8),
+                                                                     "seed": 51}, {1: "B", 5: "T", 8: "dim", 4: "head_dim"}),
+    Case("AttentionHead(dim=6, head_dim=3), x (2, 4, 6), causal mask (4, 4)",
+         {"dim": 6, "head_dim": 3, "x": (2, 4, 6), "causal": 4, "seed": 52}, {2: "B", 4: "T", 6: "dim", 3: "head_dim"}),
+    Case("AttentionHead(dim=4, head_dim=8), x (3, 2, 4), mask (3, 2, 2)",
+         {"dim": 4, "head_dim": 8, "x": (3, 2, 4), "mask": (3, 2, 2), "seed": 53},
+         {3: "B", 2: "T", 4: "dim", 8: "head_dim"}),
+]
+
+
+def _run_head(answer, case, rec):
+    p = case.params
+    head = rec.build(answer, p["dim"], p["head_dim"], heads=1)
+    x = rec.tensor(I.randn(p["x"], p["seed"]))
+    mask = None
+    if "causal" in p:
+        mask = rec.tensor(np.tril(np.ones((p["causal"], p["causal"]), dtype=bool)))
+    elif "mask" in p:
+        mask = rec.tensor(I.bernoulli_mask(p["mask"], p["seed"]))
+    result = call_with_mask(rec, head, x, mask=mask)
+    out, weights = rec.unpack(result, ("out", "weights"), "AttentionHead.forward")
+    rec.output("out", out)
+    rec.output("weights", weights)
+
+
+def _head(scale="head_dim", softmax_dim=-1, qk_swapped=False, use_mask=True, values="value"):
+    def build(parts):
+        class AttentionHead(nn.Module):
+            def __init__(self, dim, head_dim):
+                super().__init__()
+                self.dim, self.head_dim = dim, head_dim
+                self.query = nn.Linear(dim, head_dim)
+                self.key = nn.Linear(dim, head_dim)
+                self.value = nn.Linear(dim, head_dim)
+
+            def forward(self, x, mask=None):
+                q, k = self.query(x), self.key(x)
+                v = self.value(x) if values == "value" else x
+                scores = (k @ q.transpose(-2, -1)) if qk_swapped else (q @ k.transpose(-2, -1))
+                if scale == "head_dim":
+                    scores = scores / math.sqrt(self.head_dim)
+                elif scale == "dim":
+                    scores = scores / math.sqrt(self.dim)
+                if mask is not None and use_mask:
+                    scores = scores.masked_fill(mask == 0, -1e9)
+                weights = torch.softmax(scores, dim=softmax_dim)
+                return weights @ v, weights
+        return AttentionHead
+    return build
+
+
+HEAD_MISTAKES = [
+    Mistake("scale_by_dim", "scores scaled by sqrt(dim) instead of sqrt(head_dim)",
+            "The dot products are between head_dim-sized vectors: divide by sqrt(head_dim).",
+            _head(scale="dim")),
+    Mistake("no_scaling", "missing the 1/sqrt(head_dim) scaling",
+            "Divide q k^T by sqrt(head_dim) before the softmax.", _head(scale=None)),
+    Mistake("softmax_over_queries", "softmax over the queries axis",
+            "Each query's weights sum to 1 over the keys: softmax(dim=-1).", _head(softmax_dim=-2)),
+    Mistake("qk_swapped", "weights transposed: k q^T instead of q k^T",
+            "Row t of the weights belongs to query t: scores = q @ k.transpose(-2, -1).", _head(qk_swapped=True)),
+    Mistake("no_value_projection", "values taken from x without the value projection",
+            "The output mixes the value vectors self.value(x), not the raw inputs.", _head(values="x")),
+    Mistake("mask_ignored", "the mask is ignored",
+            "Pass the mask on: blocked scores (mask == 0) get -inf or -1e9 before the softmax.",
+            _head(use_mask=False)),
+]
+
+register(Question(
+    id="attention_head", chapter="03_attention", title="One attention head", points=2,
+    answer_name="AttentionHead", kind="class",
+    signature="AttentionHead(dim, head_dim); forward(x (B, T, dim), mask=None) -> (out (B, T, head_dim), weights (B, T, T))",
+    cases=HEAD_CASES, run_case=_run_head, references=lambda: [vitref().AttentionHead],
+    catalogue=HEAD_MISTAKES, forbidden=("attention",),
+    outputs={"out": "(B, T, head_dim)", "weights": "(B, T, T)"},
+    skeleton='''class AttentionHead(nn.Module):
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.query = nn.Linear(dim, head_dim)
+        self.key = nn.Linear(dim, head_dim)
+        self.value = nn.Linear(dim, head_dim)
+
+    def forward(self, x, mask=None):
+        # x: (B, T, dim) -> (out (B, T, head_dim), weights (B, T, T))
+        q, k, v = ...
+        ...
+        return out, weights
+''',
+))

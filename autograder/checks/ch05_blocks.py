@@ -1,0 +1,486 @@
+"""Chapter 5, blocks: the slides' Q6 (ResidualAdd), Q7 (FeedForwardBlock and
+TransformerEncoderBlock), LayerNorm from scratch, and the post-LN encoder block.
+
+Skeletons (the slides' Q6 and Q7)::
+
+    class ResidualAdd(nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x, **kwargs):
+            # Q6. the residual sum of x and self.fn(x) (pass **kwargs on to fn)
+            return x
+
+    class FeedForwardBlock(nn.Sequential):
+        def __init__(self, emb_size, expansion=4, drop_p=0.):
+            super().__init__(
+                nn.Linear(...),          # Q7. emb_size -> expansion * emb_size
+                nn.GELU(),
+                nn.Dropout(drop_p),
+                nn.Linear(...),          # Q7. expansion * emb_size -> emb_size
+            )
+
+    class TransformerEncoderBlock(nn.Sequential):
+        def __init__(self, emb_size=768, drop_p=0., forward_expansion=4, forward_drop_p=0., **kwargs):
+            super().__init__(
+                ResidualAdd(nn.Sequential(...)),   # Q7. LayerNorm, MultiHeadAttention(emb_size, **kwargs), Dropout
+                ResidualAdd(nn.Sequential(...)),   # Q7. LayerNorm, FeedForwardBlock, Dropout
+            )
+
+The checker builds ``TransformerEncoderBlock(emb_size=E, num_heads=h, forward_expansion=x)``:
+with the slides' ``**kwargs`` signature ``num_heads`` reaches the attention.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import inputs as I
+from ..core import Case, Mistake, Question, register
+from ._common import first_if_tuple, parts, vitref
+
+# --------------------------------------------------------------------------- Q6 residual
+
+
+class Sublayer(nn.Module):
+    """The ``fn`` the checker wraps: ``scale * tanh(Linear(x))``; takes a keyword argument."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+
+    def forward(self, x, scale=1.0):
+        return scale * torch.tanh(self.linear(x))
+
+
+Q6_CASES = [
+    Case("ResidualAdd(fn) with fn a (6 -> 6) layer, x (2, 4, 6)", {"D": 6, "x": (2, 4, 6), "seed": 81},
+         {2: "B", 4: "N", 6: "D"}),
+    Case("ResidualAdd(fn), x (1, 3, 5), called with the keyword argument scale=2.0",
+         {"D": 5, "x": (1, 3, 5), "seed": 82, "kwargs": {"scale": 2.0}}, {1: "B", 3: "N", 5: "D"}),
+]
+
+
+def _run_q6(answer, case, rec):
+    p = case.params
+    fn = Sublayer(p["D"])
+    module = rec.build(answer, fn)
+    x = rec.tensor(I.randn(p["x"], p["seed"]))
+    x_before = x.clone()
+    out = rec.call(module, x, **p.get("kwargs", {}))
+    rec.output("out", out)
+    if not torch.equal(x, x_before):
+        rec.note("input_modified", True)
+
+
+def _residual(body):
+    def build(parts):
+        class ResidualAdd(nn.Module):
+            def __init__(self, fn):
+                super().__init__()
+                self.fn = fn
+
+            def forward(self, x, **kwargs):
+                return body(self, x, kwargs)
+        return ResidualAdd
+    return build
+
+
+Q6_MISTAKES = [
+    Mistake("returns_x", "returns x unchanged (the skeleton's return x)",
+            "Return the residual sum x + self.fn(x, **kwargs).", _residual(lambda self, x, kw: x)),
+    Mistake("returns_fn_only", "returns fn(x) only: the skip connection is missing",
+            "Add the input back: return x + self.fn(x, **kwargs).", _residual(lambda self, x, kw: self.fn(x, **kw))),
+    Mistake("added_twice", "the input added twice",
+            "The residual sum adds x once: x + fn(x).", _residual(lambda self, x, kw: x + x + self.fn(x, **kw))),
+    Mistake("kwargs_dropped", "keyword arguments are not passed on to fn",
+            "Forward them: self.fn(x, **kwargs) (the encoder passes e.g. a mask this way).",
+            _residual(lambda self, x, kw: x + self.fn(x))),
+]
+
+register(Question(
+    id="q6", chapter="05_blocks", title="Q6 residual connection (ResidualAdd)", points=1, answer_name="ResidualAdd",
+    kind="class", signature="ResidualAdd(fn); forward(x, **kwargs) -> x + fn(x, **kwargs)",
+    cases=Q6_CASES, run_case=_run_q6, references=lambda: [vitref().ResidualAdd], catalogue=Q6_MISTAKES,
+    outputs={"out": "the shape of x"},
+    skeleton='''class ResidualAdd(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x, **kwargs):
+        \'\'\'Q6.
+        Fill Here.
+        Define the forward function as the residual sum of x and x after applying self.fn()\'\'\'
+        return x
+''',
+))
+
+# --------------------------------------------------------------------------- Q7 feed-forward
+
+Q7_CASES = [
+    Case("FeedForwardBlock(8) (expansion 4), x (2, 3, 8)", {"E": 8, "expansion": None, "x": (2, 3, 8), "seed": 91},
+         {2: "B", 3: "N", 8: "emb_size", 32: "expansion*emb_size"}),
+    Case("FeedForwardBlock(6, expansion=2), x (1, 5, 6)", {"E": 6, "expansion": 2, "x": (1, 5, 6), "seed": 92},
+         {1: "B", 5: "N", 6: "emb_size", 12: "expansion*emb_size"}),
+    Case("FeedForwardBlock(4, expansion=3), x (3, 2, 4)", {"E": 4, "expansion": 3, "x": (3, 2, 4), "seed": 93},
+         {3: "B", 2: "N", 4: "emb_size", 12: "expansion*emb_size"}),
+]
+
+
+def _run_q7(answer, case, rec):
+    p = case.params
+    if p["expansion"] is None:
+        module = rec.build(answer, p["E"])
+    else:
+        module = rec.build(answer, p["E"], expansion=p["expansion"])
+    x = rec.tensor(I.randn(p["x"], p["seed"], scale=2.0))
+    out = rec.call(module, x)
+    rec.check_new_params(module)
+    rec.output("out", out)
+
+
+def _ffn(hidden="expansion", activation="gelu", order="normal"):
+    def build(parts):
+        class FeedForwardBlock(nn.Sequential):
+            def __init__(self, emb_size, expansion=4, drop_p=0.0):
+                width = {"expansion": expansion * emb_size, "none": emb_size, "four": 4 * emb_size}[hidden]
+                act = {"gelu": nn.GELU(), "relu": nn.ReLU(), "tanh": nn.GELU(approximate="tanh"),
+                       None: nn.Identity()}[activation]
+                if order == "normal":
+                    super().__init__(nn.Linear(emb_size, width), act, nn.Dropout(drop_p), nn.Linear(width, emb_size))
+                else:
+                    super().__init__(nn.Linear(emb_size, width), nn.Dropout(drop_p), nn.Linear(width, emb_size), act)
+        return FeedForwardBlock
+    return build
+
+
+Q7_MISTAKES = [
+    Mistake("relu", "ReLU instead of GELU",
+            "The ViT feed-forward block uses nn.GELU() between the two linear layers.", _ffn(activation="relu")),
+    Mistake("gelu_tanh", "GELU with the tanh approximation",
+            "Use the exact nn.GELU() (erf form), as in the slides.", _ffn(activation="tanh")),
+    Mistake("no_expansion", "the hidden layer is not expanded",
+            "The first linear layer maps emb_size -> expansion * emb_size, the second back to emb_size.",
+            _ffn(hidden="none")),
+    Mistake("expansion_hardcoded", "expansion fixed at 4",
+            "Use the expansion argument: nn.Linear(emb_size, expansion * emb_size).", _ffn(hidden="four")),
+    Mistake("no_activation", "no activation between the linear layers",
+            "Two linear layers in a row are one linear map: put nn.GELU() between them.", _ffn(activation=None)),
+    Mistake("activation_last", "GELU after the second linear layer",
+            "The order is Linear, GELU, Dropout, Linear: the activation sits in the hidden layer.",
+            _ffn(order="last")),
+]
+
+register(Question(
+    id="q7", chapter="05_blocks", title="Q7 feed-forward block (FeedForwardBlock)", points=1,
+    answer_name="FeedForwardBlock", kind="class",
+    signature="FeedForwardBlock(emb_size, expansion=4, drop_p=0.); forward(x (..., E)) -> (..., E)",
+    cases=Q7_CASES, run_case=_run_q7, references=lambda: [vitref().FeedForwardBlock], catalogue=Q7_MISTAKES,
+    outputs={"out": "(B, N, emb_size)"},
+    skeleton='''class FeedForwardBlock(nn.Sequential):
+    def __init__(self, emb_size: int, expansion: int = 4, drop_p: float = 0.):
+        #Q7. Fill the input and output dimensions of the linear layer.
+        #The hidden dimension is expanded by the expansion parameter.
+        super().__init__(
+            nn.Linear(...),
+            nn.GELU(),
+            nn.Dropout(drop_p),
+            nn.Linear(...),
+        )
+''',
+))
+
+# --------------------------------------------------------------------------- Q7 encoder block
+
+BLOCK_CASES = [
+    Case("TransformerEncoderBlock(emb_size=8, num_heads=2), x (3, 5, 8)",
+         {"E": 8, "h": 2, "expansion": None, "x": (3, 5, 8), "seed": 101}, {3: "B", 5: "N", 8: "E"}),
+    Case("TransformerEncoderBlock(emb_size=12, num_heads=3, forward_expansion=2), x (1, 4, 12)",
+         {"E": 12, "h": 3, "expansion": 2, "x": (1, 4, 12), "seed": 102}, {1: "B", 4: "N", 12: "E"}),
+]
+
+
+def _run_block(answer, case, rec, norm_first=True):
+    p = case.params
+    kwargs = {"emb_size": p["E"], "num_heads": p["h"]}
+    if p["expansion"] is not None:
+        kwargs["forward_expansion"] = p["expansion"]
+    module = rec.build(answer, heads=p["h"], head_width=p["E"], **kwargs)
+    x = rec.tensor(I.randn(p["x"], p["seed"]))
+    out = first_if_tuple(rec.call(module, x))
+    rec.check_new_params(module)
+    rec.output("out", out)
+
+
+def _block_reference(norm_first):
+    def make():
+        v = vitref()
+
+        class Reference(v.TransformerEncoderBlock):
+            def __init__(self, emb_size=768, num_heads=8, forward_expansion=4, **kwargs):
+                super().__init__(emb_size, num_heads, forward_expansion=forward_expansion, norm_first=norm_first)
+        return [Reference]
+    return make
+
+
+def _encoder_block(layout):
+    """Wrong blocks in the slides' nn.Sequential style; ``layout`` names the mistake."""
+    def build(parts):
+        MHA, ResidualAdd, FFN = parts.MultiHeadAttention, parts.ResidualAdd, parts.FeedForwardBlock
+
+        class PostNorm(nn.Module):
+            def __init__(self, fn, emb_size):
+                super().__init__()
+                self.fn, self.norm = fn, nn.LayerNorm(emb_size)
+
+            def forward(self, x, **kwargs):
+                return self.norm(x + self.fn(x, **kwargs))
+
+        class TransformerEncoderBlock(nn.Sequential):
+            def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, **kwargs):
+                heads = kwargs.get("num_heads", 8)
+                attn = MHA(emb_size, heads)
+                ffn = FFN(emb_size, expansion=forward_expansion, drop_p=forward_drop_p)
+                if layout == "post_ln":
+                    super().__init__(PostNorm(nn.Sequential(attn, nn.Dropout(drop_p)), emb_size),
+                                     PostNorm(nn.Sequential(ffn, nn.Dropout(drop_p)), emb_size))
+                elif layout == "no_residual":
+                    super().__init__(nn.Sequential(nn.LayerNorm(emb_size), attn, nn.Dropout(drop_p)),
+                                     nn.Sequential(nn.LayerNorm(emb_size), ffn, nn.Dropout(drop_p)))
+                elif layout == "norm_after_sublayer":
+                    super().__init__(ResidualAdd(nn.Sequential(attn, nn.LayerNorm(emb_size), nn.Dropout(drop_p))),
+                                     ResidualAdd(nn.Sequential(ffn, nn.LayerNorm(emb_size), nn.Dropout(drop_p))))
+                elif layout == "ffn_first":
+                    super().__init__(ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), ffn, nn.Dropout(drop_p))),
+                                     ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), attn, nn.Dropout(drop_p))))
+                elif layout == "missing_ffn_norm":
+                    super().__init__(ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), attn, nn.Dropout(drop_p))),
+                                     ResidualAdd(nn.Sequential(ffn, nn.Dropout(drop_p))))
+                elif layout == "one_residual":
+                    super().__init__(ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), attn, nn.Dropout(drop_p),
+                                                               nn.LayerNorm(emb_size), ffn, nn.Dropout(drop_p))))
+                else:
+                    raise ValueError(layout)
+        return TransformerEncoderBlock
+    return build
+
+
+_BLOCK_PARTS = ("MultiHeadAttention", "ResidualAdd", "FeedForwardBlock")
+
+BLOCK_MISTAKES = [
+    Mistake("post_ln", "post-LN: LayerNorm after the residual sum",
+            "The slides' (and ViT's) block is pre-LN: x + MSA(LN(x)), then x + MLP(LN(x)); put nn.LayerNorm "
+            "first inside each ResidualAdd.", _encoder_block("post_ln"), _BLOCK_PARTS),
+    Mistake("no_residual", "the residual connections are missing",
+            "Wrap each sub-layer in ResidualAdd(nn.Sequential(...)) so its input is added back.",
+            _encoder_block("no_residual"), _BLOCK_PARTS),
+    Mistake("norm_after_sublayer", "LayerNorm after the sub-layer inside the residual branch",
+            "Inside each ResidualAdd the order is LayerNorm, then the sub-layer, then Dropout.",
+            _encoder_block("norm_after_sublayer"), _BLOCK_PARTS),
+    Mistake("ffn_first", "sub-layers in the wrong order: feed-forward before attention",
+            "Attention comes first (tokens exchange information), then the feed-forward block.",
+            _encoder_block("ffn_first"), _BLOCK_PARTS),
+    Mistake("missing_ffn_norm", "no LayerNorm before the feed-forward block",
+            "Both residual branches start with their own nn.LayerNorm(emb_size).",
+            _encoder_block("missing_ffn_norm"), _BLOCK_PARTS),
+    Mistake("one_residual", "one residual connection around both sub-layers",
+            "Each sub-layer gets its own ResidualAdd: x = x + MSA(LN(x)), then x = x + MLP(LN(x)).",
+            _encoder_block("one_residual"), _BLOCK_PARTS),
+]
+
+_VITREF_PARTS = parts(MultiHeadAttention=lambda: vitref().MultiHeadAttention,
+                      ResidualAdd=lambda: vitref().ResidualAdd,
+                      FeedForwardBlock=lambda: vitref().FeedForwardBlock)
+
+register(Question(
+    id="q7b", chapter="05_blocks", title="Q7 transformer encoder block (TransformerEncoderBlock)", points=2,
+    answer_name="TransformerEncoderBlock", kind="class",
+    signature="TransformerEncoderBlock(emb_size=768, drop_p=0., forward_expansion=4, forward_drop_p=0., "
+              "**kwargs (num_heads)); forward(x (B, N, E)) -> (B, N, E)",
+    cases=BLOCK_CASES, run_case=_run_block, references=_block_reference(True), catalogue=BLOCK_MISTAKES,
+    forbidden=("attention",), outputs={"out": "(B, N, E)"}, reference_parts=_VITREF_PARTS,
+    skeleton='''class TransformerEncoderBlock(nn.Sequential):
+    def __init__(self,
+                 emb_size: int = 768,
+                 drop_p: float = 0.,
+                 forward_expansion: int = 4,
+                 forward_drop_p: float = 0.,
+                 **kwargs):
+        super().__init__(
+            ResidualAdd(nn.Sequential(
+                \'\'\'Fill Here.\'\'\'   # LayerNorm, MultiHeadAttention(emb_size, **kwargs), Dropout
+            )),
+            ResidualAdd(nn.Sequential(
+                \'\'\'Fill Here.\'\'\'   # LayerNorm, FeedForwardBlock(emb_size, forward_expansion, forward_drop_p), Dropout
+            ))
+        )
+''',
+))
+
+# --------------------------------------------------------------------------- LayerNorm
+
+LN_CASES = [
+    Case("LayerNorm(8), x (2, 5, 8) with mean 3", {"dim": 8, "eps": None, "x": (2, 5, 8), "seed": 111,
+                                                   "scale": 2.0, "offset": 3.0}, {2: "B", 5: "N", 8: "dim"}),
+    Case("LayerNorm(6, eps=1e-3), x (3, 6) with tiny variance", {"dim": 6, "eps": 1e-3, "x": (3, 6), "seed": 112,
+                                                                 "scale": 0.03, "offset": 0.0}, {3: "B", 6: "dim"}),
+    Case("LayerNorm(5), x (1, 4, 5) with a constant row", {"dim": 5, "eps": None, "x": (1, 4, 5), "seed": 113,
+                                                          "scale": 1.0, "offset": 0.0, "constant_row": True},
+         {1: "B", 4: "N", 5: "dim"}),
+]
+
+
+def _run_ln(answer, case, rec):
+    p = case.params
+    module = rec.build(answer, p["dim"]) if p["eps"] is None else rec.build(answer, p["dim"], eps=p["eps"])
+    x = I.randn(p["x"], p["seed"], p["scale"], p["offset"])
+    if p.get("constant_row"):
+        x[0, 2, :] = 7.0
+    out = rec.call(module, rec.tensor(x))
+    rec.output("out", out)
+
+
+def _layernorm(body):
+    def build(parts):
+        class LayerNorm(nn.Module):
+            def __init__(self, dim, eps=1e-5):
+                super().__init__()
+                self.eps = eps
+                self.weight = nn.Parameter(torch.ones(dim))
+                self.bias = nn.Parameter(torch.zeros(dim))
+
+            def forward(self, x):
+                return body(self, x)
+        return LayerNorm
+    return build
+
+
+def _ln(mean_dims=-1, unbiased=False, eps="inside", affine=True, sqrt=True, eps_value=None):
+    def body(self, x):
+        dims = tuple(range(x.dim())) if mean_dims is None else mean_dims
+        mean = x.mean(dim=dims, keepdim=True)
+        var = x.var(dim=dims, keepdim=True, unbiased=unbiased)
+        e = self.eps if eps_value is None else eps_value
+        if eps == "inside":
+            denom = torch.sqrt(var + e) if sqrt else var + e
+        elif eps == "outside":
+            denom = torch.sqrt(var) + e
+        else:
+            denom = torch.sqrt(var)
+        y = (x - mean) / denom
+        return y * self.weight + self.bias if affine else y
+    return _layernorm(body)
+
+
+LN_MISTAKES = [
+    Mistake("unbiased_variance", "unbiased variance (divides by dim - 1)",
+            "LayerNorm uses the biased variance, the mean of (x - mean)^2; torch.var divides by dim - 1 "
+            "unless you pass unbiased=False (correction=0).", _ln(unbiased=True)),
+    Mistake("no_eps", "eps missing: a constant row divides by zero",
+            "Add eps inside the square root: (x - mean) / sqrt(var + eps).", _ln(eps=None)),
+    Mistake("eps_outside_sqrt", "eps added outside the square root",
+            "The formula is (x - mean) / sqrt(var + eps), not / (sqrt(var) + eps).", _ln(eps="outside")),
+    Mistake("eps_hardcoded", "eps fixed at 1e-5",
+            "Use the eps argument (self.eps).", _ln(eps_value=1e-5)),
+    Mistake("all_axes", "normalised over all axes instead of the last one",
+            "Each token vector is normalised on its own: mean and variance over the last axis (dim=-1).",
+            _ln(mean_dims=None)),
+    Mistake("no_affine", "weight and bias not applied",
+            "After normalising, scale by self.weight and shift by self.bias.", _ln(affine=False)),
+    Mistake("no_sqrt", "divided by the variance instead of the standard deviation",
+            "Divide by sqrt(var + eps).", _ln(sqrt=False)),
+]
+
+
+register(Question(
+    id="layernorm", chapter="05_blocks", title="LayerNorm from scratch", points=2, answer_name="LayerNorm",
+    kind="class", signature="LayerNorm(dim, eps=1e-5) with parameters weight, bias; forward(x (..., dim))",
+    cases=LN_CASES, run_case=_run_ln, references=lambda: [vitref().LayerNorm], catalogue=LN_MISTAKES,
+    forbidden=("layer_norm",), outputs={"out": "the shape of x"},
+    skeleton='''class LayerNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        # x: (..., dim); normalise every vector along the last axis
+        mean = ...
+        var = ...       # the biased variance (divide by dim)
+        return ...
+''',
+))
+
+# --------------------------------------------------------------------------- post-LN block
+
+POST_CASES = [
+    Case("PostLNEncoderBlock(emb_size=8, num_heads=2), x (3, 5, 8)",
+         {"E": 8, "h": 2, "expansion": None, "x": (3, 5, 8), "seed": 121}, {3: "B", 5: "N", 8: "E"}),
+    Case("PostLNEncoderBlock(emb_size=12, num_heads=3, forward_expansion=2), x (1, 4, 12)",
+         {"E": 12, "h": 3, "expansion": 2, "x": (1, 4, 12), "seed": 122}, {1: "B", 4: "N", 12: "E"}),
+]
+
+
+def _post_block(layout):
+    def build(parts):
+        MHA, FFN = parts.MultiHeadAttention, parts.FeedForwardBlock
+
+        class PostLNEncoderBlock(nn.Module):
+            def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
+                super().__init__()
+                self.attn = MHA(emb_size, num_heads)
+                self.norm1 = nn.LayerNorm(emb_size)
+                self.mlp = FFN(emb_size, expansion=forward_expansion)
+                self.norm2 = nn.LayerNorm(emb_size)
+
+            def forward(self, x):
+                if layout == "pre_ln":
+                    x = x + self.attn(self.norm1(x))
+                    return x + self.mlp(self.norm2(x))
+                if layout == "no_residual":
+                    x = self.norm1(self.attn(x))
+                    return self.norm2(self.mlp(x))
+                if layout == "residual_after_norm":
+                    x = x + self.norm1(self.attn(x))
+                    return x + self.norm2(self.mlp(x))
+                raise ValueError(layout)
+        return PostLNEncoderBlock
+    return build
+
+
+POST_MISTAKES = [
+    Mistake("pre_ln", "pre-LN: LayerNorm before the sub-layers",
+            "Post-LN (the original Transformer) normalises after the residual sum: x = LN(x + MSA(x)), "
+            "then x = LN(x + MLP(x)).", _post_block("pre_ln"), ("MultiHeadAttention", "FeedForwardBlock")),
+    Mistake("no_residual", "the residual connections are missing",
+            "Add each sub-layer's input back before normalising: LN(x + MSA(x)).",
+            _post_block("no_residual"), ("MultiHeadAttention", "FeedForwardBlock")),
+    Mistake("residual_after_norm", "LayerNorm on the sub-layer output only",
+            "Normalise the sum: x = LN(x + MSA(x)), not x + LN(MSA(x)).",
+            _post_block("residual_after_norm"), ("MultiHeadAttention", "FeedForwardBlock")),
+]
+
+register(Question(
+    id="post_ln_block", chapter="05_blocks", title="Post-LN encoder block", points=2,
+    answer_name="PostLNEncoderBlock", kind="class",
+    signature="PostLNEncoderBlock(emb_size, num_heads, forward_expansion=4); forward(x (B, N, E)) -> (B, N, E)",
+    cases=POST_CASES, run_case=_run_block, references=_block_reference(False), catalogue=POST_MISTAKES,
+    forbidden=("attention",), outputs={"out": "(B, N, E)"}, reference_parts=_VITREF_PARTS,
+    skeleton='''class PostLNEncoderBlock(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
+        super().__init__()
+        self.attn = MultiHeadAttention(emb_size, num_heads)
+        self.norm1 = nn.LayerNorm(emb_size)
+        self.mlp = FeedForwardBlock(emb_size, expansion=forward_expansion)
+        self.norm2 = nn.LayerNorm(emb_size)
+
+    def forward(self, x):
+        # x: (B, N, emb_size); post-LN: normalise after each residual sum
+        ...
+        return x
+''',
+))

@@ -1,0 +1,261 @@
+"""Chapter 7, the Vision Transformer: its forward pass (with attention maps) and cross-entropy.
+
+Skeletons::
+
+    class ViT(nn.Module):
+        def __init__(self, img_size=32, patch_size=4, in_channels=3, num_classes=10,
+                     dim=128, depth=6, num_heads=4, mlp_dim=512):
+            super().__init__()
+            num_patches = (img_size // patch_size) ** 2
+            self.patch_embed = ConvPatchEmbedding(in_channels, patch_size, dim)   # (B, N, dim)
+            self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+            self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
+            self.blocks = nn.ModuleList([TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
+                                         for _ in range(depth)])               # pre-LN blocks
+            self.norm = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x, return_attention=False):
+            # patches -> prepend the class token -> add positions -> blocks (collect each block's
+            # attention weights (B, heads, N+1, N+1)) -> final LayerNorm -> head on the class token
+            ...
+            return (logits, attentions) if return_attention else logits
+
+    def cross_entropy(logits, targets):
+        # logits (B, C), targets (B,) integers in [0, C) -> mean loss, a 0-dim tensor
+        ...
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+from .. import inputs as I
+from ..core import Case, Mistake, Question, register
+from ..probe import CaseFailure
+from ._common import parts, vitref
+
+# --------------------------------------------------------------------------- ViT forward
+
+VIT_CASES = [
+    Case("ViT(img_size=8, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, "
+         "mlp_dim=32), images (2, 3, 8, 8)",
+         {"cfg": dict(img_size=8, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2,
+                      mlp_dim=32), "B": 2, "seed": 171}, {2: "B", 5: "num_classes"}),
+    Case("ViT(img_size=6, patch_size=2, in_channels=1, num_classes=3, dim=12, depth=1, num_heads=3, "
+         "mlp_dim=24), images (1, 1, 6, 6)",
+         {"cfg": dict(img_size=6, patch_size=2, in_channels=1, num_classes=3, dim=12, depth=1, num_heads=3,
+                      mlp_dim=24), "B": 1, "seed": 172}, {1: "B", 3: "num_classes"}),
+]
+
+
+def _run_vit(answer, case, rec):
+    p = case.params
+    cfg = p["cfg"]
+    model = rec.build(answer, heads=cfg["num_heads"], head_width=cfg["dim"], **cfg)
+    size = cfg["img_size"]
+    images = rec.tensor(I.randn((p["B"], cfg["in_channels"], size, size), p["seed"]))
+    logits = rec.call(model, images)
+    rec.check_new_params(model)
+    rec.output("logits", logits)
+    result = rec.call(model, images, return_attention=True)
+    logits2, attentions = rec.unpack(result, ("logits", "attentions"), "ViT.forward(x, return_attention=True)")
+    rec.output("logits (return_attention=True)", logits2)
+    if type(attentions) not in (list, tuple):
+        raise CaseFailure(f"the attention maps should be a list with one (B, heads, N+1, N+1) tensor per block, "
+                          f"got a {type(attentions).__name__}")
+    if len(attentions) != cfg["depth"]:
+        raise CaseFailure(f"expected one attention map per block (depth={cfg['depth']}), got {len(attentions)}")
+    for i, weights in enumerate(attentions):
+        rec.output(f"attention map of block {i}", weights)
+
+
+def _vit_reference():
+    v = vitref()
+
+    class Reference(v.ViT):
+        def __init__(self, **cfg):
+            super().__init__(**cfg, norm_eps=1e-5)
+    return [Reference]
+
+
+def _vit(mode):
+    def build(parts):
+        Block = parts.TransformerEncoderBlock
+
+        class ViT(nn.Module):
+            def __init__(self, img_size=32, patch_size=4, in_channels=3, num_classes=10, dim=128, depth=6,
+                         num_heads=4, mlp_dim=512):
+                super().__init__()
+                num_patches = (img_size // patch_size) ** 2
+                self.patch_embed = nn.Module()
+                self.patch_embed.proj = nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size)
+                self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+                self.pos_embed = nn.Parameter(torch.zeros(1, num_patches + 1, dim))
+                self.blocks = nn.ModuleList([Block(dim, num_heads, mlp_dim=mlp_dim) for _ in range(depth)])
+                self.norm = nn.LayerNorm(dim)
+                self.head = nn.Linear(dim, num_classes)
+
+            def forward(self, x, return_attention=False):
+                tokens = rearrange(self.patch_embed.proj(x), "b d h w -> b (h w) d")
+                cls = self.cls_token.expand(x.shape[0], -1, -1)
+                tokens = torch.cat([cls, tokens], dim=1)
+                if mode != "no_positions":
+                    tokens = tokens + self.pos_embed
+                attentions = []
+                for block in self.blocks:
+                    tokens, weights = block(tokens, return_attention=True)
+                    attentions.append(weights)
+                if mode != "no_final_norm":
+                    tokens = self.norm(tokens)
+                if mode == "mean_pool":
+                    features = tokens.mean(dim=1)
+                elif mode == "last_token":
+                    features = tokens[:, -1]
+                elif mode == "patch_mean":
+                    features = tokens[:, 1:].mean(dim=1)
+                else:
+                    features = tokens[:, 0]
+                logits = self.head(features)
+                return (logits, attentions) if return_attention else logits
+        return ViT
+    return build
+
+
+_VIT_PARTS = ("TransformerEncoderBlock",)
+
+VIT_MISTAKES = [
+    Mistake("mean_pool", "classified from the mean of all tokens",
+            "The head reads the class token only: self.head(self.norm(x)[:, 0]).", _vit("mean_pool"), _VIT_PARTS),
+    Mistake("patch_mean", "classified from the mean of the patch tokens",
+            "The head reads the class token only: self.head(self.norm(x)[:, 0]).", _vit("patch_mean"), _VIT_PARTS),
+    Mistake("last_token", "classified from the last token instead of the class token",
+            "The class token is token 0: self.head(x[:, 0]).", _vit("last_token"), _VIT_PARTS),
+    Mistake("no_final_norm", "the final LayerNorm is missing",
+            "Pre-LN blocks leave the residual stream un-normalised: apply self.norm before the head.",
+            _vit("no_final_norm"), _VIT_PARTS),
+    Mistake("no_positions", "position embeddings not added",
+            "Add self.pos_embed (1, N+1, dim) after prepending the class token.", _vit("no_positions"), _VIT_PARTS),
+]
+
+
+def _vit_block_part():
+    v = vitref()
+
+    def TransformerEncoderBlock(dim, num_heads, mlp_dim):
+        return v.TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
+    return TransformerEncoderBlock
+
+
+register(Question(
+    id="vit_forward", chapter="07_vit", title="ViT forward pass with attention maps", points=3, answer_name="ViT",
+    kind="class",
+    signature="ViT(img_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_dim); "
+              "forward(x, return_attention=False) -> logits (B, num_classes) [, list of (B, heads, N+1, N+1)]",
+    cases=VIT_CASES, run_case=_run_vit, references=_vit_reference, catalogue=VIT_MISTAKES,
+    forbidden=("attention",), outputs={"logits": "(B, num_classes)"},
+    reference_parts=parts(TransformerEncoderBlock=_vit_block_part),
+    skeleton='''class ViT(nn.Module):
+    def __init__(self, img_size=32, patch_size=4, in_channels=3, num_classes=10,
+                 dim=128, depth=6, num_heads=4, mlp_dim=512):
+        super().__init__()
+        num_patches = (img_size // patch_size) ** 2
+        self.patch_embed = ConvPatchEmbedding(in_channels, patch_size, dim)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
+        self.blocks = nn.ModuleList([TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
+                                     for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x, return_attention=False):
+        # x: (B, C, H, W)
+        ...   # patches, class token, positions, blocks (collect their attention weights), norm, head
+        return (logits, attentions) if return_attention else logits
+''',
+))
+
+# --------------------------------------------------------------------------- cross-entropy
+
+CE_CASES = [
+    Case("logits (4, 5), targets (4,)", {"B": 4, "C": 5, "seed": 181, "scale": 2.0}, {4: "B", 5: "C"}),
+    Case("logits (1, 3), targets (1,)", {"B": 1, "C": 3, "seed": 182, "scale": 1.0}, {1: "B", 3: "C"}),
+    Case("logits (3, 6) with values near +-1000 (overflow test)", {"B": 3, "C": 6, "seed": 183, "scale": 800.0},
+         {3: "B", 6: "C"}),
+    Case("logits (6, 4), targets (6,)", {"B": 6, "C": 4, "seed": 184, "scale": 3.0}, {6: "B", 4: "C"}),
+]
+
+
+def _run_ce(answer, case, rec):
+    p = case.params
+    logits = rec.tensor(I.randn((p["B"], p["C"]), p["seed"], p["scale"]))
+    targets = rec.tensor(I.randint((p["B"],), p["C"], p["seed"]))
+    loss = rec.output("loss", rec.call(answer, logits, targets))
+    if loss.size == 1:
+        rec.outputs["loss"] = loss.reshape(())
+
+
+def _ce_reference():
+    def cross_entropy(logits, targets):
+        # torch's own loss, run here in the grader in float64 (vitref has no separate function)
+        return F.cross_entropy(logits, targets)
+    return [cross_entropy]
+
+
+def _ce(fn):
+    def build(parts):
+        def cross_entropy(logits, targets):
+            return fn(logits, targets)
+        return cross_entropy
+    return build
+
+
+def _log_softmax(x, dim=-1):
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    return shifted - torch.log(torch.exp(shifted).sum(dim=dim, keepdim=True))
+
+
+def _pick(values, targets):
+    return values[torch.arange(values.shape[0]), targets]
+
+
+CE_MISTAKES = [
+    Mistake("no_log_softmax", "the logits used directly, without log-softmax",
+            "The loss of one example is -log softmax(logits)[target] = logsumexp(logits) - logits[target].",
+            _ce(lambda x, t: -_pick(x, t).mean())),
+    Mistake("sum_not_mean", "summed over the batch instead of averaged",
+            "The loss is the mean over the batch: .mean(), not .sum().",
+            _ce(lambda x, t: -_pick(_log_softmax(x), t).sum())),
+    Mistake("not_stable", "not numerically stable: exp of large logits overflows",
+            "log(softmax(x)) with exp(1000) gives inf/NaN; subtract the maximum first (or use logsumexp).",
+            _ce(lambda x, t: -torch.log(_pick(torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), t)).mean())),
+    Mistake("no_minus", "missing minus sign",
+            "Cross-entropy is the *negative* log-probability of the target class.",
+            _ce(lambda x, t: _pick(_log_softmax(x), t).mean())),
+    Mistake("mean_over_classes", "averaged over all classes, ignoring the targets",
+            "Pick the log-probability of each example's target class, then average over the batch.",
+            _ce(lambda x, t: -_log_softmax(x).mean())),
+    Mistake("softmax_over_batch", "log-softmax over the batch axis",
+            "Normalise each example over its classes: log-softmax along dim=-1.",
+            _ce(lambda x, t: -_pick(_log_softmax(x, dim=0), t).mean())),
+    Mistake("probabilities_not_log", "probabilities instead of log-probabilities",
+            "Take the log: the loss is -log p(target), not -p(target).",
+            _ce(lambda x, t: -_pick(torch.exp(_log_softmax(x)), t).mean())),
+]
+
+register(Question(
+    id="cross_entropy", chapter="07_vit", title="Cross-entropy loss", points=2, answer_name="cross_entropy",
+    kind="function", signature="cross_entropy(logits (B, C), targets (B,)) -> mean loss (0-dim)",
+    cases=CE_CASES, run_case=_run_ce, references=_ce_reference, catalogue=CE_MISTAKES,
+    forbidden=("cross_entropy",), outputs={"loss": "a single number"},
+    skeleton='''def cross_entropy(logits, targets):
+    """logits (B, C), targets (B,) integers in [0, C) -> mean loss (a 0-dim tensor)."""
+    log_probs = ...     # (B, C), numerically stable log-softmax over the classes
+    return ...          # minus the mean of each example's target log-probability
+''',
+))
