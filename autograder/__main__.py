@@ -1,0 +1,86 @@
+"""Command line of the autograder.
+
+    python -m autograder check PATH [--question QID ...] [--json] [--timeout SECONDS]
+    python -m autograder questions [--chapter CHAPTER] [--json]
+    python -m autograder grade ROOT ...        (batch grading, see autograder.grade)
+
+``check`` runs PATH (a notebook or a Python file) in a fresh process with a time limit,
+probes the answers there and judges them here; it prints a table (or, with ``--json``, a
+list of objects with id, passed, score, max_score, feedback, mistake). Exit status 0 whether
+or not the answers pass; 2 when PATH cannot be read or the command line is wrong.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def _check(args) -> int:
+    import autograder
+    from .runner import check_file, format_table
+    from .source import SubmissionError
+
+    try:
+        for qid in args.question or ():
+            autograder.question(qid)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    try:
+        results = check_file(args.path, args.question, timeout=args.timeout)
+    except SubmissionError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], indent=2))
+    else:
+        print(format_table(results))
+    return 0
+
+
+def _questions(args) -> int:
+    import autograder
+
+    try:
+        found = autograder.questions(args.chapter)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps([{"id": q.id, "chapter": q.chapter, "title": q.title, "points": q.points,
+                           "answer_name": q.answer_name, "mistakes": len(q.catalogue)} for q in found], indent=2))
+    else:
+        for q in found:
+            print(f"{q.id:<22} {q.chapter:<24} {q.points:>3g}  {q.answer_name:<30} {q.title}")
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "grade":
+        try:
+            from .grade import main as grade_main  # batch grading (autograder/grade.py)
+        except ImportError as error:
+            print(f"error: batch grading is not available ({error})", file=sys.stderr)
+            return 2
+        return grade_main(argv[1:])
+    parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    check = sub.add_parser("check", help="check the answers in a notebook or Python file")
+    check.add_argument("path", help="a notebook (.ipynb) or Python file (.py)")
+    check.add_argument("--question", "-q", action="append", metavar="QID",
+                       help="question id to check (repeatable); default: the file's assignment")
+    check.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    check.add_argument("--timeout", type=float, default=60.0, help="seconds for running the file (default 60)")
+    listing = sub.add_parser("questions", help="list the questions")
+    listing.add_argument("--chapter", default=None)
+    listing.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    if args.command == "check":
+        return _check(args)
+    return _questions(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
