@@ -136,15 +136,20 @@ def _package_dir() -> Path:
     return Path(__file__).resolve().parent
 
 
-def bundle_files() -> list[str]:
-    """The autograder modules that run next to the student code (relative to the package).
+# The autograder modules that run next to the student code: the notebook reader, the
+# probes and the checks' input builders. Not the judge (judge.py, params.py), not vitref.
+SANDBOX_MODULES = ("__init__.py", "core.py", "inputs.py", "probe.py", "shortcuts.py",
+                   "source.py", "transport.py", "_child.py", "sandboxed.py", "zygote.py")
+PRELOAD_MODULES = ("autograder", "autograder.checks", "autograder.probe", "autograder.source",
+                   "autograder.transport", "autograder._child", "autograder.sandboxed")
 
-    Only code that builds inputs and calls answers: no judge, no vitref import."""
-    try:
-        from . import runner
-    except ImportError:
-        return ["zygote.py"]
-    return list(getattr(runner, "SANDBOX_FILES", ("runner.py",))) + ["zygote.py"]
+
+def bundle_files() -> list[str]:
+    """Files (relative to the autograder package) copied into the sandbox."""
+    pkg = _package_dir()
+    files = [name for name in SANDBOX_MODULES if (pkg / name).is_file()]
+    files += sorted(str(p.relative_to(pkg)) for p in (pkg / "checks").glob("*.py"))
+    return files
 
 
 def make_bundle(dest: Path) -> Path:
@@ -152,8 +157,6 @@ def make_bundle(dest: Path) -> Path:
     course's reference package next to it. Returns dest."""
     pkg = dest / "autograder"
     pkg.mkdir(parents=True, exist_ok=True)
-    (pkg / "__init__.py").write_text(
-        '"""The part of the autograder that runs inside the grading sandbox."""\n')
     src = _package_dir()
     for rel in bundle_files():
         target = pkg / rel
@@ -301,7 +304,7 @@ class Zygote:
                  payload: str = "autograder.runner:sandbox_payload",
                  hide: tuple[str, ...] = (), start_timeout: float = 120.0):
         self.slot = slot
-        self.preload = list(preload)
+        self.preload = list(preload) + [m for m in PRELOAD_MODULES if m not in preload]
         self.payload = payload
         self.hide = tuple(str(h) for h in hide)
         self.start_timeout = start_timeout
@@ -397,14 +400,14 @@ class Zygote:
 
     # -- running
     def run(self, notebook: bytes, qids: list[str], limits: Limits,
-            name: str = "submission.ipynb") -> RunResult:
+            name: str = "submission.ipynb", options: dict | None = None) -> RunResult:
         """Run one notebook in a fresh sandboxed process; return the payload's bytes."""
         if self.proc is None or self.proc.poll() is not None:
             self._restart()
         req = {"name": name, "qids": list(qids), "timeout": limits.timeout,
                "memory_mb": limits.memory_mb, "nproc": limits.nproc,
                "fsize_mb": limits.fsize_mb, "tmpfs_mb": limits.tmpfs_mb, "uid": self.uid,
-               "mode": self.mode,
+               "mode": self.mode, "options": options or {},
                "hide": self._child_hide if self.mode == "namespaces" else []}
         blob = json.dumps(dict(req, size=len(notebook))).encode()
         try:

@@ -185,11 +185,18 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
                       PYTHONDONTWRITEBYTECODE="1")
     sys.stdout = open(1, "w", closefd=False)
     sys.stderr = open(2, "w", closefd=False)
-    result = payload_fn(path, list(req["qids"]))
-    with open(result_fd, "wb") as fh:
-        fh.write(result)
-    sys.stdout.flush()
-    sys.stderr.flush()
+
+    def emit(data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(result_fd, view):]
+
+    payload_fn(path, list(req["qids"]), emit, dict(req.get("options") or {}))
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except Exception:  # noqa: BLE001 - the student may have replaced them
+        pass
     os._exit(0)
 
 
@@ -360,15 +367,15 @@ def run_one(req: dict, notebook: bytes, payload_fn) -> tuple[dict, bytes]:
     return out, bytes(result)
 
 
-def script_payload(path: str, qids: list[str]) -> bytes:
+def script_payload(path: str, qids: list[str], emit, options: dict) -> None:
     """A payload for testing the sandbox itself: run the file as a Python script and
-    return the JSON of its global ``RESULT`` (or of the exception it raised)."""
+    send the JSON of its global ``RESULT`` (or of the exception it raised)."""
     import runpy
     try:
         namespace = runpy.run_path(path, run_name="__main__")
-        return json.dumps({"result": namespace.get("RESULT")}, default=repr).encode()
+        emit(json.dumps({"result": namespace.get("RESULT")}, default=repr).encode())
     except BaseException as exc:  # noqa: BLE001
-        return json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode()
+        emit(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
 
 
 _PROTOCOL_FDS: list[int] = []
