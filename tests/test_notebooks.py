@@ -10,6 +10,7 @@ header cells follow _config.yml.
 """
 from __future__ import annotations
 
+import ast
 import json
 import os
 import re
@@ -101,6 +102,17 @@ def test_exercises_hide_solutions_and_hidden_tests():
                 assert "raise NotImplementedError()" in cell.source, (name, cell.id)
 
 
+def test_every_exercise_cell_is_valid_python():
+    """A solution region that is not whole statements leaves a skeleton nbgrader breaks."""
+    for name in ASSIGNMENTS:
+        for cell in read(ROOT / "exercises" / name / f"{name}.ipynb").cells:
+            if cell.cell_type == "code":
+                try:
+                    ast.parse(cell.source)
+                except SyntaxError as error:
+                    pytest.fail(f"exercises/{name}: cell {cell.id} is not valid Python: {error}")
+
+
 def test_test_cells_grade_every_question_with_its_points():
     """Each assignment's grade cells are exactly its questions in autograder.questions()."""
     questions = list(autograder.questions())
@@ -110,8 +122,8 @@ def test_test_cells_grade_every_question_with_its_points():
         cells = grade_cells(read(ROOT / "solutions" / name / f"{name}.ipynb"))
         found = {}
         for cell in cells:
-            m = re.match(r'autograder\.grade\("(\w+)", (\w+)\)', cell.source)
-            assert m, f"{name}/{cell.id}: a test cell starts with autograder.grade(\"<id>\", <answer>)"
+            m = re.match(r'print\(autograder\.grade\("(\w+)", (\w+)\)\)\n', cell.source + "\n")
+            assert m, f"{name}/{cell.id}: a test cell starts with print(autograder.grade(\"<id>\", <answer>))"
             found[m.group(1)] = (m.group(2), nbgrader_meta(cell)["points"])
         assert sorted(found) == sorted(expected), name
         for qid, (answer_name, points) in found.items():
