@@ -4,7 +4,13 @@ solutions/<assignment>/<assignment>.ipynb is nbgrader's *source* directory and
 exercises/<assignment>/ its *release* directory: `make assignments` regenerates
 exercises/ from solutions/. Submissions and the gradebook live under instructor/
 (gitignored)."""
+import os
+
 c = get_config()  # noqa: F821  (provided by nbgrader)
+
+# The gradebook below lives in instructor/ (gitignored); SQLite cannot create a file in a
+# missing folder, so make sure it exists when nbgrader is run from the repository root.
+os.makedirs(os.path.join(os.path.dirname(os.path.abspath(__file__)), "instructor"), exist_ok=True)
 
 c.CourseDirectory.root = "."
 c.CourseDirectory.source_directory = "solutions"
