@@ -234,3 +234,16 @@ def test_exercise_skeletons_run_under_nbval(tmp_path):
         nbformat.write(nb, path)
         copies.append(path)
     _nbval(copies, cwd=tmp_path)
+
+
+def test_installing_the_course_keeps_the_installed_torch(tmp_path):
+    """What the Colab set-up cell relies on: where torch & co. are already installed (as in
+    Colab), `pip install <the course>` installs the course package and nothing else."""
+    report = tmp_path / "report.json"
+    out = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--dry-run", "--no-index", "--no-build-isolation",
+         "--quiet", "--disable-pip-version-check", "--report", str(report), str(ROOT)],
+        capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    installs = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
+    assert installs == ["vitref-course"]
