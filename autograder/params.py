@@ -211,11 +211,32 @@ def _match_by_name(targets, students):
     return mapping
 
 
+def _kind(p: P) -> str:
+    owner = p.owner.lower()
+    if "norm" in owner:
+        return "norm"
+    return owner if owner in ("linear", "conv") else "other"
+
+
+def _match_by_kind(targets, students):
+    """In order within each kind of owner (norms, linear layers, convolutions, the rest), so
+    modules registered in a different order still line up."""
+    mapping = [None] * len(targets)
+    for kind in {_kind(t) for t in targets}:
+        t_index = [i for i, t in enumerate(targets) if _kind(t) == kind]
+        sub = _match_in_order([targets[i] for i in t_index], [s for s in students if _kind(s) == kind])
+        if sub is None:
+            return None
+        for i, s in zip(t_index, sub):
+            mapping[i] = s
+    return mapping
+
+
 def _match_in_order(targets, students):
     mapping, j = [], 0
     for t in targets:
         if t.is_bias:
-            if j < len(students) and _compatible(t, students[j]) and students[j].is_bias:
+            if j < len(students) and _compatible(t, students[j]) and students[j].leaf != "weight":
                 mapping.append(students[j])
                 j += 1
             else:
@@ -297,7 +318,7 @@ def candidate_state_dicts(target_params: list[P], student: list[P], values: dict
         raise AlignmentError(f"the reference has {len(t_groups)} attention projection group(s), your module "
                              f"{len(s_groups)}")
     mappings = []
-    for strategy in (_match_by_name, _match_in_order, _match_by_shape):
+    for strategy in (_match_by_name, _match_in_order, _match_by_kind, _match_by_shape):
         mapping = strategy(t_plain, s_plain)
         if mapping is not None and mapping not in mappings:
             mappings.append(mapping)

@@ -139,11 +139,12 @@ class ProbeCase:
     def call(self, fn, *args, **kwargs):
         if not callable(fn):
             raise CaseFailure(f"{getattr(fn, '__name__', type(fn).__name__)} is not callable")
-        with Tripwire(self.recorder.keys) as wire:
-            try:
+        wire = Tripwire(self.recorder.keys)
+        try:
+            with wire:
                 return fn(*args, **kwargs)
-            finally:
-                self.recorder.add_hits(wire.hits)
+        finally:
+            self.recorder.add_hits(wire.hits)       # after __exit__, which checks the profiler
 
     def build(self, cls, *args, heads: int | None = None, head_width: int | None = None,
               record_tensors: bool = False, **kwargs):

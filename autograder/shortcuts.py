@@ -245,10 +245,12 @@ class Tripwire:
         sys.setprofile(self._profile)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, exc_type, exc, tb):
         current = sys.getprofile()
         sys.setprofile(self._previous_profile)
-        if current is not self._profile and getattr(current, "__self__", None) is not self:
+        # Python drops a profiler that raised (e.g. at the recursion limit): only a call that
+        # returned normally without our profiler has switched it off on purpose.
+        if exc_type is None and current is not self._profile and getattr(current, "__self__", None) is not self:
             self._hit("profiler")
         for owner, attr, original in reversed(self._saved):
             setattr(owner, attr, original)
@@ -276,9 +278,47 @@ def _attr_table(keys):
     return table
 
 
-def _scan_nodes(nodes, keys, source_lines=None, offset=0, label=""):
-    """Forbidden attributes, vitref and autograder references in the given AST nodes."""
+TENSOR_METHODS = frozenset({"softmax", "log_softmax", "softmin"})   # x.softmax(...) needs no torch prefix
+LIBRARY_ROOTS = frozenset({"torch", "F", "nn", "functional", "scipy", "special", "sp", "sps"})
+
+
+def _chain(node) -> list[str]:
+    """``torch.nn.functional.softmax`` -> ["torch", "nn", "functional", "softmax"]."""
+    parts = []
+    while isinstance(node, ast.Attribute):
+        parts.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        parts.append(node.id)
+    return parts[::-1]
+
+
+def library_aliases(trees) -> tuple[set[str], set[str]]:
+    """Names bound by imports to torch/scipy modules (``import torch.nn.functional as fn``), and
+    names bound to other modules (``import helpers as S``: ``S.softmax`` is the student's)."""
+    library, other = set(), set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    bound = (alias.asname or alias.name).split(".")[0]
+                    (library if alias.name.split(".")[0] in ("torch", "scipy") else other).add(bound)
+            elif isinstance(node, ast.ImportFrom):
+                for alias in node.names:
+                    if not alias.name[:1].islower():
+                        continue                          # classes, not modules
+                    bound = alias.asname or alias.name
+                    (library if (node.module or "").split(".")[0] in ("torch", "scipy") else other).add(bound)
+    return library, other - library
+
+
+def _scan_nodes(nodes, keys, source_lines=None, offset=0, label="", roots=frozenset(), others=frozenset()):
+    """Forbidden library attributes, vitref and autograder references in the given AST nodes.
+
+    ``roots``: extra names of library modules; ``others``: names of the student's own modules,
+    whose attributes (``helpers.softmax``) are not library calls."""
     attrs = _attr_table(keys)
+    roots = (LIBRARY_ROOTS | set(roots)) - set(others)
     hits: list[Hit] = []
 
     def where(node):
@@ -291,7 +331,12 @@ def _scan_nodes(nodes, keys, source_lines=None, offset=0, label=""):
     for root in nodes:
         for node in ast.walk(root):
             if isinstance(node, ast.Attribute) and node.attr in attrs:
-                hits.append(Hit(attrs[node.attr], where(node)))
+                chain = _chain(node)
+                if chain and chain[0] in others:
+                    continue
+                if node.attr in TENSOR_METHODS or (chain and (chain[0] in roots or
+                                                               {"torch", "nn", "functional"} & set(chain[:-1]))):
+                    hits.append(Hit(attrs[node.attr], where(node)))
             elif isinstance(node, ast.Name) and node.id in ("vitref", "autograder"):
                 hits.append(Hit(node.id, where(node)))
             elif isinstance(node, ast.Attribute) and node.attr == "vitref":
@@ -336,17 +381,20 @@ def scan_source(cells: list[str], answer_name: str, keys=()) -> list[Hit]:
     it uses, and so on (helpers, aliases such as ``sm = torch.softmax``).
     """
     definitions: dict[str, tuple] = {}
+    trees = []
     for index, cell in enumerate(cells):
         try:
             tree = ast.parse(cell)
         except SyntaxError:
             continue
+        trees.append(tree)
         lines = cell.splitlines()
         for node in tree.body:
             for name in _bound_names(node):
                 definitions[name] = (node, lines, index)
     if answer_name not in definitions:
         return []
+    roots, others = library_aliases(trees)
     hits, seen, todo = [], set(), [answer_name]
     while todo:
         name = todo.pop()
@@ -354,7 +402,7 @@ def scan_source(cells: list[str], answer_name: str, keys=()) -> list[Hit]:
             continue
         seen.add(name)
         node, lines, index = definitions[name]
-        hits.extend(_scan_nodes([node], keys, lines, label=f"cell {index + 1}, "))
+        hits.extend(_scan_nodes([node], keys, lines, label=f"cell {index + 1}, ", roots=roots, others=others))
         todo.extend(_used_names(node) - seen)
     return _dedupe(hits)
 
@@ -366,6 +414,24 @@ def _dedupe(hits):
             seen.add((hit.key, hit.where))
             out.append(hit)
     return out
+
+
+def _parse_source(source: str):
+    """Parse a (possibly partial) source snippet; lambdas come with their surrounding line."""
+    try:
+        return ast.parse(source)
+    except SyntaxError:
+        # e.g. "    key=lambda x: ...," taken from inside a call: keep the lambda part only
+        start = source.find("lambda")
+        if start < 0:
+            raise
+        snippet = source[start:]
+        for end in range(len(snippet), 0, -1):
+            try:
+                return ast.parse(snippet[:end])
+            except SyntaxError:
+                continue
+        raise
 
 
 def _functions_of(obj):
@@ -448,10 +514,16 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
         if id(func) in seen:
             return
         seen.add(id(func))
+        others = {name for name, value in func.__globals__.items()
+                  if isinstance(value, types.ModuleType) and value.__name__.split(".")[0] not in ("torch", "scipy")}
         try:
             source = textwrap.dedent(inspect.getsource(func))
-            tree = ast.parse(source)
-            hits.extend(_scan_nodes([tree], keys, source.splitlines(), label=f"{func.__qualname__}, "))
+            tree = _parse_source(source)
+            if func.__name__ == "<lambda>":
+                lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
+                tree = ast.Module(body=[ast.Expr(n) for n in lambdas], type_ignores=[]) if lambdas else tree
+            hits.extend(_scan_nodes([tree], keys, source.splitlines(), label=f"{func.__qualname__}, ",
+                                    others=others))
         except (OSError, TypeError, SyntaxError, IndentationError):
             pass
         names = _code_names(func.__code__)

@@ -42,3 +42,14 @@ def call_with_mask(rec, fn, *args, mask=None, mask_name="mask"):
             if first_error is None:
                 first_error = error
     raise first_error
+
+
+def build_flexible(rec, answer, args: tuple, kwargs: dict, **meta):
+    """Build with keyword arguments (the exercise's parameter names); if the answer's
+    constructor names them differently, retry with the same values positionally."""
+    try:
+        return rec.build(answer, **kwargs, **meta)
+    except TypeError as error:
+        if "unexpected keyword argument" not in str(error):
+            raise
+    return rec.build(answer, *args, **meta)

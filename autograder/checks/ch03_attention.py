@@ -124,7 +124,7 @@ register(Question(
 
 ATTENTION_CASES = [
     Case("q, k, v (1, 3, 4), no mask", {"q": (1, 3, 4), "k": (1, 3, 4), "v": (1, 3, 4), "seed": 41},
-         {1: "B", 3: "T", 4: "d_k"}),
+         {1: "B", 3: "T=S", 4: "d_k=d_v"}),
     Case("q (2, 5, 8), k (2, 7, 8), v (2, 7, 6), no mask",
          {"q": (2, 5, 8), "k": (2, 7, 8), "v": (2, 7, 6), "seed": 42},
          {2: "B", 5: "T", 7: "S", 8: "d_k", 6: "d_v"}),
@@ -146,7 +146,7 @@ def _run_attention(answer, case, rec):
     mask = None
     if "mask" in p:
         mask = rec.tensor(I.bernoulli_mask(p["mask"], p["seed"], full_rows=p.get("full_rows", ())))
-    result = call_with_mask(rec, answer, q, k, v, mask=mask)
+    result = call_with_mask(rec, answer, q, k, v, mask=mask, mask_name="positional")
     out, weights = rec.unpack(result, ("out", "weights"), "scaled_dot_product_attention")
     rec.output("out", out)
     rec.output("weights", weights)
@@ -279,7 +279,7 @@ def _run_head(answer, case, rec):
         mask = rec.tensor(np.tril(np.ones((p["causal"], p["causal"]), dtype=bool)))
     elif "mask" in p:
         mask = rec.tensor(I.bernoulli_mask(p["mask"], p["seed"]))
-    result = call_with_mask(rec, head, x, mask=mask)
+    result = call_with_mask(rec, head, x, mask=mask, mask_name="positional")
     out, weights = rec.unpack(result, ("out", "weights"), "AttentionHead.forward")
     rec.output("out", out)
     rec.output("weights", weights)

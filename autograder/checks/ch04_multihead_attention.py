@@ -39,7 +39,7 @@ from torch import nn
 
 from .. import inputs as I
 from ..core import Case, Mistake, Question, register
-from ._common import first_if_tuple, parts, vitref
+from ._common import build_flexible, first_if_tuple, parts, vitref
 
 MHA_CASES = [
     Case("MultiHeadAttention(emb_size=8, num_heads=2), x (3, 5, 8)", {"E": 8, "h": 2, "x": (3, 5, 8), "seed": 61},
@@ -53,9 +53,9 @@ MHA_CASES = [
 
 def _run_mha(answer, case, rec):
     p = case.params
-    module = rec.build(answer, emb_size=p["E"], num_heads=p["h"], heads=p["h"])
+    module = build_flexible(rec, answer, (p["E"], p["h"]), {"emb_size": p["E"], "num_heads": p["h"]}, heads=p["h"])
     x = rec.tensor(I.randn(p["x"], p["seed"]))
-    out = rec.call(module, x)
+    out = first_if_tuple(rec.call(module, x))
     rec.check_new_params(module)
     rec.output("out", out)
 
@@ -166,7 +166,8 @@ LOOP_CASES = [
 
 def _run_loop(answer, case, rec):
     p = case.params
-    module = rec.build(answer, emb_size=p["E"], num_heads=p["h"], heads=p["h"], head_width=p["E"])
+    module = build_flexible(rec, answer, (p["E"], p["h"]), {"emb_size": p["E"], "num_heads": p["h"]},
+                            heads=p["h"], head_width=p["E"])
     x = rec.tensor(I.randn(p["x"], p["seed"]))
     out = first_if_tuple(rec.call(module, x))
     rec.check_new_params(module)

@@ -39,7 +39,7 @@ from torch import nn
 
 from .. import inputs as I
 from ..core import Case, Mistake, Question, register
-from ._common import first_if_tuple, parts, vitref
+from ._common import build_flexible, first_if_tuple, parts, vitref
 
 # --------------------------------------------------------------------------- Q6 residual
 
@@ -208,7 +208,8 @@ def _run_block(answer, case, rec, norm_first=True):
     kwargs = {"emb_size": p["E"], "num_heads": p["h"]}
     if p["expansion"] is not None:
         kwargs["forward_expansion"] = p["expansion"]
-    module = rec.build(answer, heads=p["h"], head_width=p["E"], **kwargs)
+    args = (p["E"], p["h"]) if p["expansion"] is None else (p["E"], p["h"], p["expansion"])
+    module = build_flexible(rec, answer, args, kwargs, heads=p["h"], head_width=p["E"])
     x = rec.tensor(I.randn(p["x"], p["seed"]))
     out = first_if_tuple(rec.call(module, x))
     rec.check_new_params(module)

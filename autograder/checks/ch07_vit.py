@@ -38,7 +38,7 @@ from torch import nn
 from .. import inputs as I
 from ..core import Case, Mistake, Question, register
 from ..probe import CaseFailure
-from ._common import parts, vitref
+from ._common import build_flexible, parts, vitref
 
 # --------------------------------------------------------------------------- ViT forward
 
@@ -57,7 +57,7 @@ VIT_CASES = [
 def _run_vit(answer, case, rec):
     p = case.params
     cfg = p["cfg"]
-    model = rec.build(answer, heads=cfg["num_heads"], head_width=cfg["dim"], **cfg)
+    model = build_flexible(rec, answer, tuple(cfg.values()), cfg, heads=cfg["num_heads"], head_width=cfg["dim"])
     size = cfg["img_size"]
     images = rec.tensor(I.randn((p["B"], cfg["in_channels"], size, size), p["seed"]))
     logits = rec.call(model, images)
@@ -66,6 +66,8 @@ def _run_vit(answer, case, rec):
     result = rec.call(model, images, return_attention=True)
     logits2, attentions = rec.unpack(result, ("logits", "attentions"), "ViT.forward(x, return_attention=True)")
     rec.output("logits (return_attention=True)", logits2)
+    if type(attentions) is torch.Tensor and attentions.dim() == 5 and attentions.shape[0] == cfg["depth"]:
+        attentions = list(attentions.unbind(0))          # stacked (depth, B, heads, N+1, N+1)
     if type(attentions) not in (list, tuple):
         raise CaseFailure(f"the attention maps should be a list with one (B, heads, N+1, N+1) tensor per block, "
                           f"got a {type(attentions).__name__}")

@@ -46,7 +46,7 @@ from torch import nn
 
 from .. import inputs as I
 from ..core import Case, Mistake, Question, register
-from ._common import first_if_tuple, parts, vitref
+from ._common import build_flexible, first_if_tuple, parts, vitref
 
 # --------------------------------------------------------------------------- causal mask
 
@@ -124,7 +124,8 @@ def _run_cross(answer, case, rec):
     kwargs = {"emb_size": p["E"], "num_heads": p["h"]}
     if p["ctx"] is not None:
         kwargs["context_dim"] = p["ctx"]
-    module = rec.build(answer, heads=p["h"], head_width=p["E"], **kwargs)
+    args = (p["E"], p["h"]) if p["ctx"] is None else (p["E"], p["h"], p["ctx"])
+    module = build_flexible(rec, answer, args, kwargs, heads=p["h"], head_width=p["E"])
     x = rec.tensor(I.randn(p["x"], p["seed"]))
     context = rec.tensor(I.randn(p["c"], p["seed"] + 1))
     out = first_if_tuple(rec.call(module, x, context))

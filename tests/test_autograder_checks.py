@@ -1,0 +1,330 @@
+"""The in-process checks: every question accepts correct answers and rejects, and names,
+every mistake of its catalogue; shortcuts, lying tensors and crashing answers are handled."""
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import autograder
+from tests.answers import solutions as S
+from tests.answers.variants import VARIANTS
+
+QUESTIONS = autograder.questions()
+PARTS = SimpleNamespace(**S.PARTS)
+
+CONTRACT = {  # id -> answer name (DESIGN.md, "Autograder — contract")
+    "q1": "getPositionEncoding", "q2": "PatchEmbedding", "q3": "PatchEmbedding", "q4": "PatchEmbedding",
+    "q5": "MultiHeadAttention", "q6": "ResidualAdd", "q7": "FeedForwardBlock", "q7b": "TransformerEncoderBlock",
+    "softmax": "softmax", "attention": "scaled_dot_product_attention", "causal_mask": "causal_mask",
+    "cross_attention": "CrossAttention",
+}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def test_question_list_follows_the_contract():
+    ids = [q.id for q in QUESTIONS]
+    assert len(ids) == len(set(ids)) >= 20
+    for qid, name in CONTRACT.items():
+        assert autograder.question(qid).answer_name == name
+    chapters = {q.chapter for q in QUESTIONS}
+    assert chapters == {"01_tokens", "02_positional_encoding", "03_attention", "04_multihead_attention",
+                        "05_blocks", "06_patch_embedding", "07_vit", "08_decoder"}
+    assert [q.id for q in autograder.questions("03_attention")] == ["softmax", "attention", "attention_head"]
+    for q in QUESTIONS:
+        assert q.points > 0 and q.title and q.skeleton.strip()
+        assert len(q.catalogue) >= 3, q.id
+        assert len({m.key for m in q.catalogue}) == len(q.catalogue), q.id
+    with pytest.raises(ValueError, match="unknown question id"):
+        autograder.check("q99", S.softmax)
+    with pytest.raises(ValueError, match="no questions for chapter"):
+        autograder.questions("99_nothing")
+
+
+def test_every_question_has_a_solution_fixture():
+    assert set(S.ANSWERS) == {q.id for q in QUESTIONS}
+
+
+@pytest.mark.parametrize("qid", [q.id for q in QUESTIONS])
+def test_solution_passes(qid):
+    result = autograder.check(qid, S.ANSWERS[qid])
+    assert result.passed, result.feedback
+    assert result.score == result.max_score == autograder.question(qid).points
+    assert autograder.grade(qid, S.ANSWERS[qid]).passed
+
+
+@pytest.mark.parametrize("qid, answer", [(qid, a) for qid, answers in VARIANTS.items() for a in answers],
+                         ids=[f"{qid}-{a.__name__}" for qid, answers in VARIANTS.items() for a in answers])
+def test_correct_variant_passes(qid, answer):
+    result = autograder.check(qid, answer)
+    assert result.passed, result.feedback
+
+
+CATALOGUE = [(q.id, m) for q in QUESTIONS for m in q.catalogue]
+
+
+@pytest.mark.parametrize("qid, mistake", CATALOGUE, ids=[f"{qid}-{m.key}" for qid, m in CATALOGUE])
+def test_catalogue_mistake_is_rejected_and_named(qid, mistake):
+    wrong = mistake.build(PARTS)
+    result = autograder.check(qid, wrong)
+    assert not result.passed
+    assert result.score == 0
+    assert result.mistake == mistake.key, result.feedback
+    assert mistake.title in result.feedback
+    with pytest.raises(AssertionError, match="not yet"):
+        autograder.grade(qid, wrong)
+
+
+def test_feedback_names_shapes_and_the_failing_input():
+    def transposed(q, k, v, mask=None):
+        out, weights = S.scaled_dot_product_attention(q, k, v, mask)
+        return (out.transpose(-2, -1) if q.dim() == 3 and k.shape[-2] != q.shape[-2] else out), weights
+
+    result = autograder.check("attention", transposed)
+    assert not result.passed
+    assert "expected out of shape (2, 5, 6) = (B, T, d_v), got (2, 6, 5) = (B, d_v, T)" in result.feedback
+    assert "q (2, 5, 8), k (2, 7, 8), v (2, 7, 6)" in result.feedback
+
+
+def test_unknown_wrong_answer_gets_numbers_but_no_mistake_name():
+    def off(x, dim=-1):
+        return S.softmax(x, dim) * 1.01
+
+    result = autograder.check("softmax", off)
+    assert not result.passed and result.mistake is None
+    assert "should be" in result.feedback and "got" in result.feedback
+
+
+# --------------------------------------------------------------------------- shortcuts
+
+_captured_softmax = torch.softmax
+
+
+def sm_torch(x, dim=-1):
+    return torch.softmax(x, dim)
+
+
+def sm_functional(x, dim=-1):
+    return F.softmax(x, dim=dim)
+
+
+def sm_method(x, dim=-1):
+    return x.softmax(dim)
+
+
+def sm_module(x, dim=-1):
+    return nn.Softmax(dim=dim)(x)
+
+
+def sm_captured(x, dim=-1):
+    return _captured_softmax(x, dim)
+
+
+def sm_getattr(x, dim=-1):
+    return getattr(torch, "soft" + "max")(x, dim)
+
+
+def attention_sdpa(q, k, v, mask=None):
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=None if mask is None else mask.bool())
+    return out, S.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5)
+
+
+class MHATorch(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__()
+        self.mha = nn.MultiheadAttention(emb_size, num_heads, batch_first=True)
+
+    def forward(self, x, mask=None):
+        return self.mha(x, x, x, need_weights=False)[0]
+
+
+class LayerNormTorch(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.norm = nn.LayerNorm(dim, eps=eps)
+
+    def forward(self, x):
+        return self.norm(x)
+
+
+class LayerNormFunctional(S.LayerNorm):
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], self.weight, self.bias, self.eps)
+
+
+def ce_torch(logits, targets):
+    return F.cross_entropy(logits, targets)
+
+
+def ce_module(logits, targets):
+    return nn.CrossEntropyLoss()(logits, targets)
+
+
+def ce_nll(logits, targets):
+    return F.nll_loss(F.log_softmax(logits, -1), targets)
+
+
+def embed_torch(token_ids, weight):
+    return F.embedding(token_ids, weight)
+
+
+SHORTCUTS = [
+    ("softmax", sm_torch, "library softmax"), ("softmax", sm_functional, "library softmax"),
+    ("softmax", sm_method, "library softmax"), ("softmax", sm_module, "library softmax"),
+    ("softmax", sm_captured, "library softmax"), ("softmax", sm_getattr, "library softmax"),
+    ("attention", attention_sdpa, "built-in attention"), ("q5", MHATorch, "built-in attention"),
+    ("layernorm", LayerNormTorch, "LayerNorm"), ("layernorm", LayerNormFunctional, "LayerNorm"),
+    ("cross_entropy", ce_torch, "cross-entropy"), ("cross_entropy", ce_module, "cross-entropy"),
+    ("cross_entropy", ce_nll, "cross-entropy"), ("embedding_lookup", embed_torch, "embedding lookup"),
+]
+
+
+@pytest.mark.parametrize("qid, answer, words", SHORTCUTS, ids=[f"{q}-{a.__name__}" for q, a, _ in SHORTCUTS])
+def test_forbidden_shortcut_is_rejected_with_a_message(qid, answer, words):
+    result = autograder.check(qid, answer)
+    assert not result.passed
+    assert result.mistake == "shortcut"
+    assert "Not accepted" in result.feedback and words in result.feedback
+
+
+def test_shortcut_tripwire_restores_the_library():
+    autograder.check("softmax", sm_torch)
+    assert torch.softmax is _captured_softmax
+    assert torch.allclose(F.softmax(torch.zeros(3), 0), torch.full((3,), 1 / 3))
+
+
+def test_answers_using_vitref_are_rejected():
+    import vitref
+
+    def uses_vitref(x, dim=-1):
+        return vitref.softmax(x, dim)
+
+    class SubclassesVitref(vitref.MultiHeadAttention):
+        pass
+
+    for qid, answer in (("softmax", uses_vitref), ("q5", SubclassesVitref), ("softmax", vitref.softmax),
+                        ("q1", lambda s, d, n=10000: vitref.sinusoidal_encoding(s, d, n))):
+        result = autograder.check(qid, answer)
+        assert not result.passed and result.mistake == "shortcut", result.feedback
+        assert "vitref" in result.feedback
+
+
+def test_answer_that_switches_off_the_profiler_is_rejected():
+    import sys
+
+    def sneaky(x, dim=-1):
+        sys.setprofile(None)
+        return S.softmax(x, dim)
+
+    result = autograder.check("softmax", sneaky)
+    assert not result.passed and "tamper" in result.feedback
+
+
+# --------------------------------------------------------------------------- untrusted outputs
+
+
+class LyingTensor(torch.Tensor):
+    def __eq__(self, other):
+        return True
+
+    def allclose(self, *args, **kwargs):
+        return True
+
+
+class LyingArray(np.ndarray):
+    def __eq__(self, other):
+        return np.ones(np.shape(self), dtype=bool)
+
+
+def test_lying_tensor_subclass_is_rejected():
+    result = autograder.check("softmax", lambda x, dim=-1: S.softmax(x, dim).as_subclass(LyingTensor))
+    assert not result.passed
+    assert "LyingTensor, a subclass of torch.Tensor" in result.feedback
+    result = autograder.check("causal_mask", lambda T: np.tril(np.ones((T, T))).view(LyingArray))
+    assert not result.passed and "subclass of numpy.ndarray" in result.feedback
+
+
+def test_other_return_types_are_explained():
+    assert "forget a return statement" in autograder.check("softmax", lambda x, dim=-1: None).feedback
+    assert "should return a tuple (out, weights)" in autograder.check(
+        "attention", lambda q, k, v, mask=None: q).feedback
+    assert "mask is a list of 1 items; expected a single tensor" in autograder.check(
+        "causal_mask", lambda T: [[1] * T] * T).feedback
+    assert "expected a torch.Tensor or numpy array" in autograder.check("causal_mask", lambda T: "mask").feedback
+
+
+# --------------------------------------------------------------------------- student exceptions
+
+
+def test_student_exceptions_become_feedback():
+    def raises(x, dim=-1):
+        raise ValueError("my own message")
+
+    result = autograder.check("softmax", raises)
+    assert not result.passed
+    assert "your code raised ValueError: my own message" in result.feedback
+    assert "On input x (2, 5), default dim" in result.feedback
+    assert "raise ValueError" in result.feedback          # the student's line is quoted
+
+    class Blank(nn.Module):                                 # what nbgrader leaves in an exercise
+        def __init__(self, fn):
+            super().__init__()
+            raise NotImplementedError()
+
+    result = autograder.check("q6", Blank)
+    assert not result.passed and "NotImplementedError" in result.feedback
+
+    class Recursive(S.ResidualAdd):
+        def forward(self, x, **kwargs):
+            return self(x)
+
+    assert "RecursionError" in autograder.check("q6", Recursive).feedback
+
+
+def test_wrong_kind_of_answer_is_explained():
+    assert "should be a class" in autograder.check("q5", S.softmax).feedback
+    assert "should be a function" in autograder.check("softmax", S.LayerNorm).feedback
+    assert "should be a function" in autograder.check("softmax", 42).feedback
+
+
+def test_weights_the_answer_overwrites_do_not_help():
+    class ZeroingFFN(S.FeedForwardBlock):
+        def forward(self, x):
+            with torch.no_grad():
+                for p in self.parameters():
+                    p.zero_()
+            return super().forward(x)
+
+    assert not autograder.check("q7", ZeroingFFN).passed
+
+    class LayersInForward(nn.Module):
+        def __init__(self, emb_size, expansion=4, drop_p=0.0):
+            super().__init__()
+            self.e, self.x = emb_size, expansion
+
+        def forward(self, x):
+            self.net = S.FeedForwardBlock(self.e, self.x)
+            return self.net(x)
+
+    result = autograder.check("q7", LayersInForward)
+    assert not result.passed and "build layers such as nn.Linear in __init__" in result.feedback
+
+
+def test_check_is_fast_for_a_warm_kernel():
+    import time
+
+    for qid in ("q1", "attention", "q5"):
+        autograder.check(qid, S.ANSWERS[qid])
+        start = time.process_time()
+        for _ in range(3):
+            autograder.check(qid, S.ANSWERS[qid])
+        assert (time.process_time() - start) / 3 < 0.3, qid
