@@ -457,7 +457,10 @@ def write_gradebook(root: Path, cid: str, sources: dict[str, Source], results: l
         os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
     path = root / "gradebook.db"
     used = sorted({r["assignment"] for r in results if r["assignment"] in sources})
-    with Gradebook(f"sqlite:///{path}", cid) as gb:
+    import warnings
+    with warnings.catch_warnings(), Gradebook(f"sqlite:///{path}", cid) as gb:
+        # nbgrader's own add_submission triggers SQLAlchemy "not in session" warnings
+        warnings.simplefilter("ignore")
         for assignment in used:
             src = sources[assignment]
             gb.update_or_create_assignment(assignment)

@@ -356,7 +356,7 @@ def run_one(req: dict, notebook: bytes, payload_fn) -> tuple[dict, bytes]:
         return out, b""
     if timed_out:
         out.update(status="timeout")
-        return out, b""
+        return out, bytes(result)
     if text.startswith("signal"):
         out.update(status="signal", signal=int(text.split()[1]))
     elif text.startswith("exit"):

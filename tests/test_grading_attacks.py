@@ -1,0 +1,327 @@
+"""`python -m autograder grade` on one batch of honest and hostile students.
+
+One batch is graded once (module fixture); each test reads its outcome. Every attacker is
+built from the real solutions/exercises notebook of 03_attention (questions softmax 1 pt,
+attention 3 pt, attention_head 2 pt) with one thing changed, and where possible the attack
+targets a single question while the other answers stay correct: the attacked question must
+score zero, the others full marks, and the honest students in the same batch full marks.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import grading_students as S
+
+A = "03_attention"
+B = "02_positional_encoding"
+POINTS = {"softmax": 1.0, "attention": 3.0, "attention_head": 2.0}
+TIMEOUT = 12
+
+
+def _attackers(root: Path) -> dict[str, dict[str, float]]:
+    """Write the batch; return {student: {qid: expected score}} for assignment A."""
+    full = dict(POINTS)
+    expect: dict[str, dict[str, float]] = {}
+
+    def sol():
+        return S.load(A)
+
+    def only(qid, value=0.0):
+        return {**full, qid: value}
+
+    # honest students, one of them without any test cell
+    S.write(sol(), root, "honest1", A)
+    expect["honest1"] = full
+    S.write(S.delete_test_cells(sol()), root, "honest_no_tests", A)
+    expect["honest_no_tests"] = full
+    S.write(S.load(B), root, "honest1", B)
+
+    # blank exercise
+    S.write(S.load(A, "exercises"), root, "blank", A)
+    expect["blank"] = {q: 0.0 for q in POINTS}
+
+    # an answer that raises
+    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
+        "        raise RuntimeError('boom')")), root, "crash", A)
+    expect["crash"] = only("attention_head")
+
+    # an answer that loops forever (the per-answer alarm stops it)
+    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
+        "        while True:\n            pass")), root, "hang_answer", A)
+    expect["hang_answer"] = only("attention_head")
+
+    # an answer that loops forever with SIGALRM ignored: only the hard wall limit stops it
+    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
+        "        import signal\n        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+        "        while True:\n            pass")), root, "hang_hard", A)
+    expect["hang_hard"] = only("attention_head")
+
+    # a notebook cell (not an answer) that loops forever: answers still graded
+    S.write(S.insert_cell(sol(), "while True:\n    pass"), root, "hang_cell", A)
+    expect["hang_cell"] = full
+
+    # os._exit in a top-level cell (the notebook is run again without that cell)
+    S.write(S.insert_cell(sol(), "import os\nos._exit(0)"), root, "exit_cell", A)
+    expect["exit_cell"] = full
+
+    # os._exit inside one answer
+    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
+        "        import os\n        os._exit(3)")), root, "exit_answer", A)
+    expect["exit_answer"] = only("attention_head")
+
+    # sys.exit in a cell and inside one answer
+    nb = S.insert_cell(sol(), "import sys\nsys.exit(0)")
+    S.write(S.replace_definition(nb, "AttentionHead", S.head_with_forward(
+        "        raise SystemExit(1)")), root, "sysexit", A)
+    expect["sysexit"] = only("attention_head")
+
+    # kill every process it can see
+    S.write(S.insert_cell(sol(), "import os, signal\nos.kill(-1, signal.SIGKILL)"), root, "kill_all", A)
+    expect["kill_all"] = full
+
+    # a wrong softmax, with the comparison functions and the checker patched to say yes
+    patch = '''
+import numpy as np, torch, autograder
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+torch.Tensor.__eq__ = lambda self, other: torch.ones_like(self, dtype=torch.bool)
+torch.Tensor.allclose = lambda *a, **k: True
+np.allclose = lambda *a, **k: True
+np.array_equal = lambda *a, **k: True
+np.testing.assert_allclose = lambda *a, **k: None
+torch.testing.assert_close = lambda *a, **k: None
+autograder.check = autograder.grade = lambda *a, **k: None
+try:
+    import autograder.judge as J
+    J.compare = lambda *a, **k: None
+except ImportError:
+    pass
+
+def softmax(x, dim=-1):
+    return x * 2
+''' + S.ATTENTION_WITH_PRIVATE_SOFTMAX
+    nb = S.replace_definition(sol(), "scaled_dot_product_attention", "pass")
+    nb = S.replace_definition(nb, "softmax", patch)
+    S.write(nb, root, "patch_compare", A)
+    expect["patch_compare"] = only("softmax")
+
+    # softmax returns a tensor subclass whose comparisons always agree
+    lying = '''
+class Liar(torch.Tensor):
+    def __eq__(self, other): return True
+    def allclose(self, *a, **k): return True
+    def numpy(self, *a, **k): return np.zeros(self.shape, dtype=np.float32)
+    __array_priority__ = 1000
+
+def softmax(x, dim=-1):
+    return (x * 0).as_subclass(Liar)
+''' + S.ATTENTION_WITH_PRIVATE_SOFTMAX
+    nb = S.replace_definition(sol(), "scaled_dot_product_attention", "pass")
+    nb = S.replace_definition(nb, "softmax", lying)
+    S.write(nb, root, "lying_tensor", A)
+    expect["lying_tensor"] = only("softmax")
+
+    # read the solutions (absolute and relative paths) or another student's notebook
+    targets = [str(S.REPO / "solutions" / A / f"{A}.ipynb"),
+               f"../../../solutions/{A}/{A}.ipynb", f"../../solutions/{A}/{A}.ipynb",
+               f"solutions/{A}/{A}.ipynb",
+               str(root / "submitted" / "honest1" / A / f"{A}.ipynb"),
+               f"../honest1/{A}/{A}.ipynb", f"../../honest1/{A}/{A}.ipynb"]
+    steal = f'''
+import json, os
+stolen = None
+for path in {targets!r}:
+    try:
+        with open(path) as fh:
+            stolen = json.load(fh)
+        break
+    except OSError:
+        pass
+if stolen is None:
+    for top, dirs, files in os.walk("/"):
+        if "{A}.ipynb" in files and "exercises" not in top:
+            try:
+                stolen = json.load(open(os.path.join(top, "{A}.ipynb")))
+                break
+            except OSError:
+                pass
+if stolen is not None:
+    for cell in stolen["cells"]:
+        if cell["cell_type"] == "code" and "grade(" not in "".join(cell["source"]):
+            exec("".join(cell["source"]), globals())
+'''
+    nb = S.load(A, "exercises")
+    S.write(S.insert_cell(nb, steal), root, "read_solutions", A)
+    expect["read_solutions"] = {q: 0.0 for q in POINTS}
+    # ... and the same code appended at the end, after the blank answers
+    nb = S.load(A, "exercises")
+    nb.cells.append(S.nbformat.v4.new_code_cell(steal))
+    S.write(nb, root, "read_solutions_late", A)
+    expect["read_solutions_late"] = {q: 0.0 for q in POINTS}
+
+    # overwrite the grades, the gradebook and the grader's state from the notebook
+    vandal = f'''
+import os
+root = {str(root)!r}
+for rel in ["grades.csv", "gradebook.db", ".autograder/results/vandal/{A}.json",
+            "feedback/vandal/{A}/feedback.html", "../grades.csv", "grades.csv"]:
+    for base in (root, ".", ".."):
+        try:
+            os.makedirs(os.path.dirname(os.path.join(base, rel)) or ".", exist_ok=True)
+            with open(os.path.join(base, rel), "w") as fh:
+                fh.write("student,assignment,question,score,max_score,reason\\nvandal,{A},softmax,1,1,\\n")
+        except OSError:
+            pass
+'''
+    S.write(S.insert_cell(S.load(A, "exercises"), vandal), root, "vandal", A)
+    expect["vandal"] = {q: 0.0 for q in POINTS}
+
+    # memory: one answer allocates without bound; a top-level cell tries 64 GB at once
+    bomb = "        chunks = []\n        while True:\n            chunks.append(bytearray(64 << 20))"
+    nb = S.insert_cell(sol(), "import numpy as np\nhuge = np.ones(2 ** 33)")
+    S.write(S.replace_definition(nb, "AttentionHead", S.head_with_forward(bomb)), root, "memory_bomb", A)
+    expect["memory_bomb"] = only("attention_head")
+
+    # a fork bomb in a cell
+    forks = ("import os, time\nfor _ in range(10000):\n    if os.fork() == 0:\n"
+             "        time.sleep(60)\n        os._exit(0)")
+    S.write(S.insert_cell(sol(), forks), root, "fork_bomb", A)
+    expect["fork_bomb"] = full
+
+    # not a notebook at all
+    S.write(b'{"cells": [ this is not json', root, "invalid_json", A)
+    expect["invalid_json"] = {q: 0.0 for q in POINTS}
+
+    # test cells edited to pass, with a wrong softmax
+    nb = sol()
+    for cell in S.graded_cells(nb):
+        cell.source = "print('all tests passed')"
+    wrong = "def softmax(x, dim=-1):\n    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n"
+    nb = S.replace_definition(nb, "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
+    nb = S.replace_definition(nb, "softmax", wrong)
+    S.write(nb, root, "edited_tests", A)
+    expect["edited_tests"] = only("softmax")
+
+    # answers taken from the reference package (in place of the answer cells, or at the end)
+    nb = S.load(A, "exercises")
+    nb = S.replace_definition(nb, "softmax", "from vitref import softmax")
+    nb = S.replace_definition(nb, "scaled_dot_product_attention",
+                              f"import sys\nsys.path.insert(0, {str(S.REPO)!r})\n"
+                              "import vitref\nscaled_dot_product_attention = vitref.scaled_dot_product_attention")
+    nb = S.replace_definition(nb, "AttentionHead", "from vitref.attention import AttentionHead")
+    S.write(nb, root, "vitref_import", A)
+    nb = S.load(A, "exercises")
+    nb.cells.append(S.nbformat.v4.new_code_cell(
+        f"import sys\nsys.path.insert(0, {str(S.REPO)!r})\n"
+        "from vitref import softmax, scaled_dot_product_attention\n"
+        "from vitref.attention import AttentionHead"))
+    S.write(nb, root, "vitref_late", A)
+    expect["vitref_import"] = expect["vitref_late"] = {q: 0.0 for q in POINTS}
+    return expect
+
+
+@pytest.fixture(scope="module")
+def batch(tmp_path_factory):
+    root = tmp_path_factory.mktemp("grading") / "course"
+    root.mkdir()
+    expect = _attackers(root)
+    cmd = [sys.executable, "-m", "autograder", "grade", str(root), "--jobs", "2",
+           "--timeout", str(TIMEOUT), "--memory", "768", "--no-progress"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=S.REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return root, expect, proc.stdout + proc.stderr
+
+
+def test_every_row_present(batch):
+    root, expect, log = batch
+    rows = S.read_csv(root)
+    for student in expect:
+        for qid in POINTS:
+            assert (student, A, qid) in rows, (student, qid, log)
+    for qid in ("q1",):
+        assert ("honest1", B, qid) in rows
+    assert len(rows) == len(expect) * len(POINTS) + 1
+
+
+@pytest.mark.parametrize("student", [
+    "honest1", "honest_no_tests", "blank", "crash", "hang_answer", "hang_hard", "hang_cell",
+    "exit_cell", "exit_answer", "sysexit", "kill_all", "patch_compare", "lying_tensor",
+    "read_solutions", "read_solutions_late", "vandal", "memory_bomb", "fork_bomb",
+    "invalid_json", "edited_tests", "vitref_import", "vitref_late"])
+def test_scores(batch, student):
+    root, expect, log = batch
+    rows = S.read_csv(root)
+    got = {qid: rows[(student, A, qid)][0] for qid in POINTS}
+    reasons = {qid: rows[(student, A, qid)][2] for qid in POINTS}
+    assert got == expect[student], (reasons, log[-3000:])
+    for qid in POINTS:
+        assert rows[(student, A, qid)][1] == POINTS[qid]
+        if got[qid] == 0:
+            assert reasons[qid], f"{student}/{qid}: a zero needs a reason"
+
+
+def test_reasons_say_what_happened(batch):
+    root, _, _ = batch
+    rows = S.read_csv(root)
+    assert "not valid" in rows[("invalid_json", A, "softmax")][2].lower() or \
+        "json" in rows[("invalid_json", A, "softmax")][2].lower()
+    assert "time" in rows[("hang_hard", A, "attention_head")][2]
+    assert "did not finish" in rows[("hang_answer", A, "attention_head")][2]
+    assert "vitref" in rows[("vitref_import", A, "softmax")][2]
+    assert "subclass" in rows[("lying_tensor", A, "softmax")][2]
+    assert "MemoryError" in rows[("memory_bomb", A, "attention_head")][2]
+
+
+def test_honest_student_other_assignment(batch):
+    root, _, log = batch
+    rows = S.read_csv(root)
+    assert rows[("honest1", B, "q1")][:2] == (2.0, 2.0), log[-2000:]
+
+
+def test_gradebook_intact_and_exportable(batch, tmp_path):
+    """nbgrader's own API and `nbgrader export` read the scores the CSV has."""
+    from nbgrader.api import Gradebook
+    root, expect, _ = batch
+    rows = S.read_csv(root)
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        assert {s.id for s in gb.students} == set(expect) | {"honest1"}
+        for student in expect:
+            submission = gb.find_submission(A, student)
+            assert submission.score == pytest.approx(sum(rows[(student, A, q)][0] for q in POINTS))
+            assert submission.max_score == pytest.approx(sum(POINTS.values()))
+    out = tmp_path / "export.csv"
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    proc = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", "--db",
+                           f"sqlite:///{root / 'gradebook.db'}", "--to", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    import csv
+    exported = {(r["student_id"], r["assignment"]): float(r["score"])
+                for r in csv.DictReader(open(out, newline=""))}
+    assert exported[("honest1", A)] == 6.0
+    assert exported[("vandal", A)] == 0.0
+    assert exported[("crash", A)] == 4.0
+
+
+def test_attackers_could_not_write_outside_the_sandbox(batch):
+    root, _, _ = batch
+    text = (root / "grades.csv").read_text()
+    assert text.startswith("student,assignment,question,score,max_score,reason\n")
+    assert "vandal,03_attention,softmax,1,1" not in text
+    assert not (root / "feedback" / "vandal" / A / "feedback.html").read_text().startswith("student,")
+    assert (root / "gradebook.db").read_bytes()[:16] == b"SQLite format 3\x00"
+
+
+def test_feedback_files(batch):
+    root, _, _ = batch
+    page = (root / "feedback" / "crash" / A / "feedback.html").read_text()
+    assert "attention_head" in page and "not passed" in page and "RuntimeError" in page
+    page = (root / "feedback" / "honest1" / A / "feedback.html").read_text()
+    assert page.count(">passed<") == 3
+    # hidden test inputs of the notebook's test cells never appear in feedback
+    assert "1e4" not in page and "perm" not in page
