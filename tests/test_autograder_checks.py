@@ -9,8 +9,8 @@ import torch.nn.functional as F
 from torch import nn
 
 import autograder
-from tests.answers import solutions as S
-from tests.answers.variants import VARIANTS
+from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
+from answers.variants import VARIANTS
 
 QUESTIONS = autograder.questions()
 PARTS = SimpleNamespace(**S.PARTS)

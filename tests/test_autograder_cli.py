@@ -1,0 +1,235 @@
+"""``python -m autograder check``: the submission runs in a child process, the verdict is made
+in the parent, so nothing the submission does to torch, numpy or the checker changes it."""
+import json
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from autograder.core import Result
+from autograder.runner import RunLog, check_file, format_table
+from autograder.source import SubmissionError
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTIONS = ROOT / "tests" / "answers" / "solutions.py"
+
+
+def run_cli(*args, timeout=300):
+    return subprocess.run([sys.executable, "-m", "autograder", *map(str, args)], capture_output=True, text=True,
+                          cwd=ROOT, timeout=timeout)
+
+
+def notebook(path: Path, cells: list[str]) -> Path:
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                     "source": textwrap.dedent(c).strip("\n")} for i, c in enumerate(cells)]
+                   + [{"cell_type": "markdown", "id": "md", "metadata": {}, "source": "# not code"}],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    path.write_text(json.dumps(nb))
+    return path
+
+
+def by_id(results):
+    return {r["id"] if isinstance(r, dict) else r.id: r for r in results}
+
+
+def test_cli_on_the_solutions_file_passes_everything(tmp_path):
+    answers = shutil.copy(SOLUTIONS, tmp_path / "answers.py")
+    done = run_cli("check", answers, "--json")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert len(results) == 22
+    for r in results:
+        assert set(r) >= {"id", "passed", "score", "max_score", "feedback"}
+        assert r["passed"] and r["score"] == r["max_score"] > 0, r
+
+
+NOTEBOOK_CELLS = [
+    """
+    %matplotlib inline
+    !pip install nothing-at-all
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    import autograder
+    """,
+    """
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(seq_len):
+            for i in np.arange(int(d/2)):
+                denominator = np.power(n, 2*i/d)
+                P[k, 2*i] = np.sin(k/denominator)
+                P[k, 2*i+1] = np.cos(k/denominator)
+        return P
+    """,
+    "autograder.grade('q1', getPositionEncoding)",
+    "raise ValueError('a broken cell does not stop the next ones')",
+    """
+    def softmax(x, dim=-1):
+        return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)
+    """,
+    "autograder.grade('softmax', softmax)   # fails in a notebook; a no-op under the checker",
+    """
+    import sys
+    sys.exit("exit does not stop the checker")
+    """,
+    """
+    def scaled_dot_product_attention(q, k, v, mask=None):
+        out = F.scaled_dot_product_attention(q, k, v)
+        return out, softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5)
+    """,
+    "import vitref",
+    """
+    %%bash
+    echo "a cell magic is skipped"
+    """,
+]
+
+
+def test_cli_on_a_notebook(tmp_path):
+    path = notebook(tmp_path / "student.ipynb", NOTEBOOK_CELLS)
+    done = run_cli("check", path, "-q", "q1", "-q", "softmax", "-q", "attention", "-q", "causal_mask", "--json")
+    assert done.returncode == 0, done.stderr
+    results = by_id(json.loads(done.stdout))
+    assert list(results) == ["q1", "softmax", "attention", "causal_mask"]
+    assert results["q1"]["passed"]
+    assert not results["softmax"]["passed"] and results["softmax"]["mistake"] == "no_max_subtraction"
+    assert not results["attention"]["passed"] and "Not accepted" in results["attention"]["feedback"]
+    assert results["causal_mask"]["feedback"].endswith("no object named causal_mask in the notebook "
+                                                       "(a cell raised an error: cell 4 at line 1: ValueError: "
+                                                       "a broken cell does not stop the next ones)")
+    table = format_table([Result(**{k: v for k, v in r.items()}) for r in results.values()])
+    assert "q1                     pass          2/2" in table and "FAIL" in table and "total" in table
+
+
+TAMPERING = '''
+import numpy as np
+import torch
+from torch import nn
+import autograder
+
+# comparisons that always say "equal"
+np.allclose = lambda *a, **k: True
+np.array_equal = lambda *a, **k: True
+np.testing.assert_allclose = lambda *a, **k: None
+torch.allclose = lambda *a, **k: True
+torch.equal = lambda *a, **k: True
+torch.Tensor.__eq__ = lambda self, other: True
+
+# a checker that always says "passed"
+autograder.check = lambda *a, **k: None
+import autograder.judge
+autograder.judge.judge = lambda *a, **k: None
+autograder.judge.compare = lambda *a, **k: None
+
+# parameters the checker writes become all zeros
+class _Zeros:
+    def __init__(self, *a, **k): pass
+    def standard_normal(self, shape=None, *a, **k): return np.zeros(shape)
+    def random(self, shape=None, *a, **k): return np.zeros(shape)
+    def integers(self, low, high=None, size=None, *a, **k): return np.zeros(size, dtype=np.int64)
+np.random.default_rng = _Zeros
+
+def softmax(x, dim=-1):                          # wrong: not stable
+    return torch.exp(x) / torch.exp(x).sum(dim, keepdim=True)
+
+class Liar(torch.Tensor):
+    def __eq__(self, other): return True
+
+def causal_mask(T):                              # wrong and lying
+    return torch.ones(T, T).as_subclass(Liar)
+
+class FeedForwardBlock(nn.Sequential):           # wrong: no activation
+    def __init__(self, emb_size, expansion=4, drop_p=0.):
+        super().__init__(nn.Linear(emb_size, expansion * emb_size), nn.Dropout(drop_p),
+                         nn.Linear(expansion * emb_size, emb_size))
+
+_sdpa = torch.nn.functional.scaled_dot_product_attention   # captured before any tripwire is set
+def scaled_dot_product_attention(q, k, v, mask=None):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1)
+    return _sdpa(q, k, v), weights
+
+def cross_entropy(logits, targets):              # wrong, and reaches for the reference
+    import vitref
+    return vitref.softmax(logits).mean()
+'''
+
+
+def test_patching_the_checker_in_the_submission_changes_nothing(tmp_path):
+    path = tmp_path / "tampering.py"
+    path.write_text(TAMPERING)
+    results = by_id(check_file(path, ["softmax", "causal_mask", "q7", "attention", "cross_entropy"]))
+    assert not any(r.passed for r in results.values()), [r.feedback for r in results.values()]
+    assert "subclass of torch.Tensor" in results["causal_mask"].feedback
+    assert "did not hold the value the checker wrote" in results["q7"].feedback
+    assert results["attention"].mistake == "shortcut"
+    assert "vitref" in results["cross_entropy"].feedback
+
+
+def test_time_limit_and_exit_status(tmp_path):
+    looping = notebook(tmp_path / "looping.ipynb", [NOTEBOOK_CELLS[0], NOTEBOOK_CELLS[1], "while True:\n    pass"])
+    log = RunLog()
+    (q1,) = check_file(looping, ["q1"], timeout=4, log=log)
+    assert q1.passed, q1.feedback                     # the answer defined before the endless cell still counts
+    assert log.timed_out and "did not finish within the time limit" in log.cell_errors[-1]
+
+    exiting = tmp_path / "exiting.py"
+    exiting.write_text(SOLUTIONS.read_text() + "\nimport os\nos._exit(3)\n")
+    (q1,) = check_file(exiting, ["q1"])
+    assert not q1.passed and "exit status 3" in q1.feedback
+
+
+def test_unreadable_submissions(tmp_path):
+    done = run_cli("check", tmp_path / "missing.ipynb")
+    assert done.returncode == 2 and "cannot read" in done.stderr
+    broken = tmp_path / "broken.ipynb"
+    broken.write_text("{ not json")
+    with pytest.raises(SubmissionError, match="not a valid notebook"):
+        check_file(broken, ["q1"])
+    other = tmp_path / "answers.txt"
+    other.write_text("x = 1")
+    with pytest.raises(SubmissionError, match="expected a notebook"):
+        check_file(other, ["q1"])
+    done = run_cli("check", SOLUTIONS, "-q", "no_such_question")
+    assert done.returncode == 2 and "unknown question id" in done.stderr
+
+
+def test_pytest_plugin(tmp_path):
+    answers = tmp_path / "answers.py"
+    answers.write_text(SOLUTIONS.read_text() + "\n\ndef softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim)\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "autograder"), "--answers", str(answers),
+                           "--question", "q1", "--question", "softmax", "-q", "-p", "no:cacheprovider"],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "1 failed, 1 passed" in done.stdout
+    assert "test_question[softmax]" in done.stdout
+
+
+PROBE_ONLY = '''
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] == "vitref" or name in ("autograder.judge", "autograder.params", "autograder.runner"):
+            raise ImportError(name + " is blocked")
+sys.meta_path.insert(0, Block())
+sys.path.insert(0, sys.argv[1])
+import autograder
+from autograder import transport
+from autograder.probe import probe
+from tests.answers.solutions import ANSWERS
+for q in autograder.questions():
+    data = probe(q, ANSWERS[q.id])
+    assert not data["fatal"] and all(c["error"] is None for c in data["cases"]), (q.id, data)
+    transport.pack(data)
+print("probed", len(autograder.questions()))
+'''
+
+
+def test_probes_need_neither_vitref_nor_the_judge():
+    done = subprocess.run([sys.executable, "-c", PROBE_ONLY, str(ROOT)], capture_output=True, text=True,
+                          timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "probed 22" in done.stdout
