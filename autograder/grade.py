@@ -45,6 +45,8 @@ STATE = Path(".autograder") / "results"
 CSV_COLUMNS = ["student", "assignment", "question", "score", "max_score", "reason"]
 PAYLOAD = "autograder.sandboxed:payload"
 REASON_CHARS = 300
+MAX_NOTEBOOK_MB = 50        # a submitted notebook larger than this is not run
+JUDGE_MEMORY_MB = 4096      # memory a grading job may allocate beyond its imports
 
 
 # ------------------------------------------------------------------------ tasks
@@ -243,6 +245,11 @@ def grade_task(task: Task, zygote, limits) -> dict:
     if task.notebook is None:
         result["status"] = "missing"
         return finish([_zero(q, task.note) for q in qs], task.note)
+    size = os.path.getsize(task.notebook)
+    if size > MAX_NOTEBOOK_MB << 20:
+        result["status"] = "invalid"
+        reason = f"the notebook is {size >> 20} MB, more than the {MAX_NOTEBOOK_MB} MB accepted"
+        return finish([_zero(q, reason) for q in qs], reason)
     raw = Path(task.notebook).read_bytes()
     cells, problem = sandboxed.code_cells(raw)
     if problem:
@@ -300,6 +307,7 @@ def _worker(slot: int, conn, options: dict) -> None:
                     hide=tuple(options["hide"]))
     # warm the judges (imports torch and vitref here, once per job)
     import autograder.judge  # noqa: F401
+    _cap_memory(JUDGE_MEMORY_MB)
     try:
         conn.send(("ready", slot, None))
         while True:
@@ -321,6 +329,22 @@ def _worker(slot: int, conn, options: dict) -> None:
             conn.send(("done", slot, result))
     finally:
         zygote.close()
+
+
+def _cap_memory(mb: int) -> None:
+    """Soft data limit for a grading job: judging forged or huge outputs fails with
+    MemoryError (a zero for that answer) instead of exhausting the machine."""
+    import resource
+    try:
+        with open("/proc/self/status") as fh:
+            data = next(int(line.split()[1]) << 10 for line in fh if line.startswith("VmData"))
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        limit = data + (mb << 20)
+        if hard != resource.RLIM_INFINITY:
+            limit = min(limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, hard))
+    except (OSError, ValueError, StopIteration):
+        pass
 
 
 class Pool:

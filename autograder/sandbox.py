@@ -264,7 +264,9 @@ def expand_hidden(paths: tuple[str, ...]) -> list[str]:
     out: list[str] = []
 
     def add(path: str) -> None:
-        if any(k == path or k.startswith(path + os.sep) for k in keep):
+        if any(path == k or path.startswith(k + os.sep) for k in keep):
+            return                      # the runtime itself stays visible
+        if any(k.startswith(path + os.sep) for k in keep):
             if os.path.isdir(path):
                 for name in sorted(os.listdir(path)):
                     add(os.path.join(path, name))
@@ -279,6 +281,28 @@ def expand_hidden(paths: tuple[str, ...]) -> list[str]:
             if _hidden_entry(site, name, tuple(paths)):
                 out.append(os.path.join(site, name))
     return out
+
+
+def blocked_ancestors(paths) -> list[list]:
+    """[[folder, [paths under it]]]: for each path, the topmost folder on its way that
+    other users cannot enter (e.g. /root, mode 0700), grouped."""
+    import stat
+    groups: dict[str, list[str]] = {}
+    for path in paths:
+        path = os.path.realpath(path)
+        parts = Path(path).parts
+        for i in range(2, len(parts)):
+            folder = str(Path(*parts[:i]))
+            try:
+                mode_bits = os.stat(folder).st_mode
+            except OSError:
+                break
+            if not mode_bits & stat.S_IXOTH:
+                keeps = groups.setdefault(folder, [])
+                if path not in keeps:
+                    keeps.append(path)
+                break
+    return [[folder, keeps] for folder, keeps in groups.items()]
 
 
 def plain_command(bundle: Path, preload: list[str], payload: str) -> list[str]:
@@ -301,16 +325,21 @@ class Zygote:
     """
 
     def __init__(self, slot: int = 0, preload: tuple[str, ...] = ("numpy", "torch", "einops"),
-                 payload: str = "autograder.runner:sandbox_payload",
-                 hide: tuple[str, ...] = (), start_timeout: float = 120.0):
+                 payload: str = "autograder.sandboxed:payload",
+                 hide: tuple[str, ...] = (), start_timeout: float = 120.0,
+                 sandbox_mode: str | None = None, preload_checks: bool = True):
         self.slot = slot
-        self.preload = list(preload) + [m for m in PRELOAD_MODULES if m not in preload]
+        self.preload = list(preload)
+        if preload_checks:
+            self.preload += [m for m in PRELOAD_MODULES if m not in preload]
         self.payload = payload
         self.hide = tuple(str(h) for h in hide)
         self.start_timeout = start_timeout
-        self.mode = mode()
+        self.mode = sandbox_mode or mode()
         self.proc: subprocess.Popen | None = None
-        self._tmp = tempfile.TemporaryDirectory(prefix="autograder-bundle-")
+        # without bwrap each student gets a fresh tmpfs over /tmp: keep the bundle elsewhere
+        where = None if self.mode == "bwrap" or not os.path.isdir("/var/tmp") else "/var/tmp"
+        self._tmp = tempfile.TemporaryDirectory(prefix="autograder-bundle-", dir=where)
         self.bundle = make_bundle(Path(self._tmp.name))
         self.uid = UID_BASE + (os.getpid() % 10_000) * 64 + slot % 64
         self._child_hide = expand_hidden(self.hide) if self.mode == "namespaces" else []
@@ -408,7 +437,9 @@ class Zygote:
                "memory_mb": limits.memory_mb, "nproc": limits.nproc,
                "fsize_mb": limits.fsize_mb, "tmpfs_mb": limits.tmpfs_mb, "uid": self.uid,
                "mode": self.mode, "options": options or {},
-               "hide": self._child_hide if self.mode == "namespaces" else []}
+               "hide": self._child_hide if self.mode == "namespaces" else [],
+               "reexpose": blocked_ancestors([sys.base_prefix, sys.prefix, str(self.bundle)])
+               if self.mode == "namespaces" else []}
         blob = json.dumps(dict(req, size=len(notebook))).encode()
         try:
             self.proc.stdin.write(len(blob).to_bytes(4, "big") + blob + notebook)

@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 
 MAX_ATTEMPTS = 3
+MAX_HEADER = 4 << 20  # bytes of JSON in one frame
 GRACE = 1.0          # seconds kept back from the sandbox's hard limit for sending results
 
 
@@ -42,7 +43,7 @@ def frames(data: bytes) -> list[tuple[dict, bytes]]:
     out, pos = [], 0
     while pos + 4 <= len(data):
         (n,) = struct.unpack(">I", data[pos:pos + 4])
-        if pos + 4 + n + 4 > len(data):
+        if n > MAX_HEADER or pos + 4 + n + 4 > len(data):
             break
         try:
             header = json.loads(data[pos + 4:pos + 4 + n])
@@ -199,9 +200,15 @@ def _read_result(header: dict, blob: bytes):
 
     import numpy as np
 
+    import zipfile
+
     from autograder import transport
     if len(blob) > transport.MAX_BYTES:
         raise ValueError(f"the outputs are larger than {transport.MAX_BYTES >> 20} MiB")
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        # numpy.savez stores arrays uncompressed: anything else could be a zip bomb
+        if any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist()):
+            raise ValueError("compressed outputs are not accepted")
     with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
         arrays = {key: np.array(npz[key]) for key in npz.files}
     for key, value in arrays.items():

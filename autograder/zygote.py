@@ -48,7 +48,9 @@ MS_NOSUID = 2
 MS_NODEV = 4
 MS_NOEXEC = 8
 MS_REC = 16384
+MS_REMOUNT = 32
 MS_BIND = 4096
+MNT_DETACH = 2
 MS_PRIVATE = 1 << 18
 PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
@@ -58,7 +60,7 @@ PR_SET_NO_NEW_PRIVS = 38
 CAP_LAST = 63
 
 OUTPUT_TAIL = 8000          # bytes of the child's stdout/stderr kept for the report
-MAX_RESULT = 256 << 20      # a result larger than this is an error (bytes)
+MAX_RESULT = 96 << 20       # a result larger than this is an error (bytes)
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -173,6 +175,7 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
         os.chown(workdir, uid, uid)
     result_fd = os.dup2(result_w, 3, inheritable=False)
     os.closerange(4, 1 << 16)
+    os.setsid()             # its own session and process group: kill(0, ...) reaches only itself
     _limits(req)
     if root:
         _drop_privileges(uid)
@@ -209,6 +212,39 @@ def _mask(path: str) -> None:
         _mount("/dev/null", path, None, MS_BIND)
 
 
+def _remount_readonly() -> None:
+    """Mode 'namespaces': every mount of this (private) mount namespace becomes read-only."""
+    with open("/proc/self/mountinfo") as fh:
+        points = [line.split()[4].replace("\\040", " ") for line in fh]
+    for point in points:
+        if point.startswith(("/proc", "/sys", "/dev")):
+            continue
+        try:
+            _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        except OSError:
+            pass
+
+
+def _reexpose(groups: list) -> None:
+    """Mode 'namespaces': the Python runtime may live under a folder others cannot enter
+    (/root): cover that folder with a tmpfs and bind only the runtime back into it."""
+    stage = "/tmp/.autograder-stage"
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=700")
+    for ancestor, keeps in groups:
+        staged = []
+        for i, keep in enumerate(keeps):
+            target = f"{stage}/{len(staged)}-{i}"
+            os.makedirs(target)
+            _mount(keep, target, None, MS_BIND | MS_REC)
+            staged.append((target, keep))
+        _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
+        for target, keep in staged:
+            os.makedirs(keep, mode=0o755, exist_ok=True)
+            _mount(target, keep, None, MS_BIND | MS_REC)
+            _check(_libc.umount2(target.encode(), ctypes.c_int(MNT_DETACH)), f"umount {target}")
+    _check(_libc.umount2(b"/tmp", ctypes.c_int(MNT_DETACH)), "umount /tmp")
+
+
 def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
           status_w: int) -> None:
     """Pid 1 of the fresh pid namespace (or, in mode 'limits', a plain reaper process):
@@ -217,8 +253,11 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if isolated:
         _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        for path in req.get("hide", ()):
-            _mask(path)
+        if req.get("mode") == "namespaces":
+            _reexpose(req.get("reexpose", []))
+            for path in req.get("hide", ()):
+                _mask(path)
+            _remount_readonly()
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         size = f"size={int(req['tmpfs_mb'])}m"
         _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")

@@ -1,0 +1,226 @@
+"""The grading sandbox itself (autograder.sandbox + autograder.zygote), probed with small
+scripts run the way student notebooks are run: what a student process can see, write,
+reach and use. The script's global RESULT comes back as JSON."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import sandbox, sandboxed
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _uids_alive(uid: int) -> list[int]:
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                for line in fh:
+                    if line.startswith("Uid:"):
+                        if int(line.split()[1]) == uid:
+                            pids.append(int(entry))
+                        break
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.fixture(scope="module", params=["bwrap", "namespaces"])
+def zygote(request, tmp_path_factory):
+    """A zygote running the test payload (plain scripts) in each isolation mode this
+    machine offers as root: 'bwrap' (the default here) and 'namespaces' (the fallback)."""
+    if request.param == "bwrap":
+        assert sandbox.mode() == "bwrap", "bubblewrap should work here (make setup installs it)"
+    secret = tmp_path_factory.mktemp("grading-root")
+    (secret / "gradebook.db").write_text("secret")
+    z = sandbox.Zygote(payload="autograder.zygote:script_payload", preload=("numpy",),
+                       preload_checks=False, hide=(str(secret), str(REPO)),
+                       sandbox_mode=request.param)
+    z.start()
+    z.secret = secret
+    yield z
+    z.close()
+
+
+def run(z, source: str, timeout: float = 20, memory_mb: int = 512, **kw):
+    result = z.run(source.encode(), [], sandbox.Limits(timeout=timeout, memory_mb=memory_mb, **kw),
+                   name="student.py")
+    data = json.loads(result.data) if result.data else None
+    return result, data
+
+
+def test_student_runs_unprivileged(zygote):
+    r, data = run(zygote, """
+import os
+status = dict(l.split(':', 1) for l in open('/proc/self/status').read().splitlines())
+RESULT = {'uid': os.getuid(), 'euid': os.geteuid(), 'capeff': status['CapEff'].strip(),
+          'capbnd': status['CapBnd'].strip(), 'nnp': status['NoNewPrivs'].strip(),
+          'cwd': os.getcwd(), 'files': sorted(os.listdir('.')), 'pid': os.getpid()}
+""")
+    assert r.status == "ok", r
+    res = data["result"]
+    assert res["uid"] == res["euid"] == zygote.uid != 0
+    assert int(res["capeff"], 16) == 0 and int(res["capbnd"], 16) == 0 and res["nnp"] == "1"
+    assert res["files"] == ["student.py"]         # only its own submission in its working dir
+    assert res["pid"] <= 3                        # its own pid namespace
+
+
+def test_no_network(zygote):
+    r, data = run(zygote, """
+import socket
+out = []
+for host in [("1.1.1.1", 53), ("127.0.0.1", 22), ("pypi.org", 443)]:
+    try:
+        socket.create_connection(host, timeout=2).close(); out.append("connected")
+    except OSError as e:
+        out.append(type(e).__name__)
+RESULT = out
+""")
+    assert "result" in data, data
+    assert "connected" not in data["result"], data
+
+
+def test_course_and_grades_invisible(zygote):
+    secret = zygote.secret
+    r, data = run(zygote, f"""
+import os
+paths = {[str(REPO / 'solutions'), str(REPO / 'vitref'), str(REPO / 'autograder' / 'judge.py'),
+          str(secret / 'gradebook.db'), str(REPO / 'nbgrader_config.py')]!r}
+seen = {{}}
+for p in paths:
+    try:
+        open(p).read(1); seen[p] = 'read'
+    except OSError as e:
+        seen[p] = type(e).__name__
+    try:
+        if os.listdir(p):
+            seen[p] = 'listed'
+    except OSError:
+        pass
+try:
+    import vitref; seen['vitref'] = 'imported'
+except ImportError as e:
+    seen['vitref'] = str(e)
+try:
+    import autograder.judge; seen['judge'] = 'imported'
+except ImportError as e:
+    seen['judge'] = 'ImportError'
+RESULT = seen
+""")
+    assert "result" in data, data
+    res = data["result"]
+    for path, what in res.items():
+        assert what not in ("read", "listed", "imported"), (path, what)
+    assert "not available while your notebook is graded" in res["vitref"] or \
+        "No module named" in res["vitref"]
+
+
+def test_read_only_system_and_private_tmp(zygote):
+    venv_file = str(Path(sys.prefix) / "student-was-here")
+    r, data = run(zygote, f"""
+out = {{}}
+for p in ['/usr/lib/x', '/etc/passwd', {venv_file!r}, '/tmp/mine', '/dev/shm/mine']:
+    try:
+        open(p, 'a').write('x'); out[p] = 'written'
+    except OSError as e:
+        out[p] = type(e).__name__
+RESULT = out
+""")
+    res = data["result"]
+    assert res["/tmp/mine"] == "written" and res["/dev/shm/mine"] == "written"
+    assert all(v != "written" for k, v in res.items() if not k.startswith(("/tmp", "/dev/shm"))), res
+    assert not os.path.exists(venv_file)
+    # the next student starts from empty /tmp and /dev/shm
+    r, data = run(zygote, "import os\nRESULT = [os.path.exists('/tmp/mine'), os.path.exists('/dev/shm/mine')]")
+    assert data["result"] == [False, False]
+
+
+def test_limits(zygote):
+    r, data = run(zygote, """
+import os
+out = {}
+try:
+    x = bytearray(3 << 30); out['mem'] = 'allocated'
+except MemoryError:
+    out['mem'] = 'MemoryError'
+try:
+    with open('big', 'wb') as fh:
+        fh.write(b'x' * (80 << 20))
+    out['file'] = 'written'
+except OSError as e:
+    out['file'] = e.errno
+n = 0
+try:
+    for _ in range(200):
+        if os.fork() == 0:
+            import time; time.sleep(30); os._exit(0)
+        n += 1
+except OSError:
+    pass
+out['forks'] = n
+RESULT = out
+""", memory_mb=512)
+    res = data["result"]
+    assert res["mem"] == "MemoryError"
+    assert res["file"] == 27            # EFBIG
+    assert res["forks"] < 64
+    # nothing of that student survives it on the host (its sleeping children included)
+    time.sleep(0.5)
+    assert _uids_alive(zygote.uid) == []
+
+
+def test_wall_timeout_kills_everything(zygote):
+    start = time.monotonic()
+    r, _ = run(zygote, """
+import os, signal
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+if os.fork() == 0:
+    os.setsid()
+    while True: pass
+while True: pass
+""", timeout=3)
+    assert r.status == "timeout"
+    assert 2.5 < time.monotonic() - start < 20
+    time.sleep(0.5)
+    assert _uids_alive(zygote.uid) == []
+    # the zygote is still serving
+    r, data = run(zygote, "RESULT = 42")
+    assert data["result"] == 42
+
+
+def test_exit_and_signal_statuses(zygote):
+    assert run(zygote, "import os\nos._exit(7)")[0].code == 7
+    r, _ = run(zygote, "import os, signal\nos.kill(os.getpid(), signal.SIGSEGV)")
+    assert (r.status, r.signal) == ("signal", 11)
+    # kill(-1) reaches every process it may signal (on Linux, not itself): none outside
+    r, data = run(zygote, "import os, signal\ntry:\n    os.kill(-1, signal.SIGKILL)\n"
+                          "except OSError as e:\n    RESULT = type(e).__name__\n")
+    assert (r.status, data["result"]) == ("ok", "ProcessLookupError")   # nobody else to signal
+    # the grader's own process is untouched and the zygote still answers
+    assert run(zygote, "RESULT = 'alive'")[1]["result"] == "alive"
+
+
+def test_frames_reject_garbage():
+    good = sandboxed.frame({"event": "cell", "index": 0}) + sandboxed.frame({"event": "done"})
+    assert [h["event"] for h, _ in sandboxed.frames(good)] == ["cell", "done"]
+    assert sandboxed.frames(good[:-3]) == [({"event": "cell", "index": 0}, b"")]
+    assert sandboxed.frames(b"\xff\xff\xff\xff garbage") == []
+    assert sandboxed.frames(b"\x00\x00\x00\x02[]\x00\x00\x00\x00") == []
+
+
+def test_compressed_outputs_rejected():
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("a0.npy", b"\x00" * 1000)
+    with pytest.raises(ValueError, match="compressed"):
+        sandboxed._read_result({"tree": {}}, buf.getvalue())
