@@ -11,6 +11,8 @@ header cells follow _config.yml.
 from __future__ import annotations
 
 import ast
+import contextlib
+import io
 import json
 import os
 import re
@@ -251,3 +253,37 @@ def test_installing_the_course_keeps_the_installed_torch(tmp_path):
     assert out.returncode == 0, out.stderr[-3000:]
     installs = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
     assert installs == ["vitref-course"]
+
+
+def _run_cells(cells, namespace):
+    with contextlib.redirect_stdout(io.StringIO()):
+        for cell in cells:
+            exec(compile(cell.source, cell.id, "exec"), namespace)
+
+
+def test_hidden_tests_accept_every_correct_variant():
+    """The hidden tests must not fail an answer the autograder accepts: run each one on the
+    other correct formulations of tests/answers/variants.py (numpy, float64, loops...)."""
+    from tests.answers.variants import VARIANTS
+
+    answer_names = {q.id: q.answer_name for q in autograder.questions()}
+    tried = 0
+    for name in ASSIGNMENTS:
+        nb = read(ROOT / "solutions" / name / f"{name}.ipynb")
+        code = [c for c in nb.cells if c.cell_type == "code" and c.id not in nbtools.HEADER_IDS]
+        base: dict = {}
+        _run_cells([c for c in code if not nbgrader_meta(c).get("grade")], base)
+        for cell in code:
+            if "### BEGIN HIDDEN TESTS" not in cell.source:
+                continue
+            qid = re.match(r'print\(autograder\.grade\("(\w+)"', cell.source).group(1)
+            hidden = cell.source.split("### BEGIN HIDDEN TESTS")[1].split("### END HIDDEN TESTS")[0]
+            for variant in VARIANTS.get(qid, []):
+                namespace = dict(base, **{answer_names[qid]: variant})
+                try:
+                    exec(compile(hidden, f"{name}/{cell.id}", "exec"), namespace)
+                except Exception as error:  # noqa: BLE001
+                    pytest.fail(f"{name}: the hidden test of {qid} fails the correct answer "
+                                f"{variant.__name__}: {type(error).__name__}: {error}")
+                tried += 1
+    assert tried >= 20
