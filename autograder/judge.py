@@ -332,6 +332,13 @@ def _error_text(error: dict, question: Question) -> str:
 
 def judge(question: Question, data: dict, static_hits=(), verify: bool = True) -> Result:
     """Verdict on probe output ``data`` (from :func:`autograder.probe.probe`)."""
+    from .probe import single_thread
+
+    with single_thread():
+        return _judge(question, data, static_hits, verify)
+
+
+def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
     qid, points = question.id, float(question.points)
 
     def fail(text, mistake=None):

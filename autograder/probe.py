@@ -274,6 +274,25 @@ def _kind_name(obj) -> str:
     return f"a {type(obj).__name__}"
 
 
+class single_thread:
+    """Run torch on one intra-op thread inside the block (the checks' tensors are tiny: extra
+    threads only cost time, a lot of it on a busy machine), then restore the setting."""
+
+    def __enter__(self):
+        import torch
+        self.threads = torch.get_num_threads()
+        if self.threads != 1:
+            torch.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+        if self.threads != 1:
+            torch.set_num_threads(self.threads)
+        return False
+
+
 def probe(question, answer) -> dict:
     """Run ``question``'s cases on ``answer``; plain data out (see module docstring)."""
-    return ProbeRecorder(question).run(answer)
+    with single_thread():
+        return ProbeRecorder(question).run(answer)
