@@ -356,6 +356,12 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
     cases = data.get("cases") or []
     if len(cases) != len(question.cases):
         return fail("the checker could not run your answer on all inputs.")
+    if verify:
+        try:
+            verify_parameters(question, cases)
+        except TamperError as error:
+            return fail(f"Not accepted: {error}.", mistake="tamper")
+        verify = False                          # checked once here; the caches below rely on it
     problems = []
     try:
         for index, (case, student_case) in enumerate(zip(question.cases, cases)):
@@ -391,6 +397,15 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
     if mistake is not None:
         text = f"Looks like a known mistake: {mistake.title}. {mistake.hint} " + text
     return fail(text, mistake=mistake.key if mistake else None)
+
+
+def verify_parameters(question: Question, cases: list) -> None:
+    """Every parameter the probe reports must hold the value the checker wrote into it
+    (regenerated here). Done before any cached reference is used."""
+    for case, student_case in zip(question.cases, cases):
+        seed = int(case.params.get("seed", 0))
+        for index, record in enumerate(student_case.get("modules") or []):
+            student_params(record, seed, index, verify=True)
 
 
 def _compare_outputs(question: Question, case: Case, got: dict, expected: dict) -> str | None:
