@@ -2,7 +2,7 @@
 
     python -m autograder check PATH [--question QID ...] [--json] [--timeout SECONDS]
     python -m autograder questions [--chapter CHAPTER] [--json]
-    python -m autograder grade ROOT ...        (batch grading, see autograder.grade)
+    python -m autograder grade ROOT ...        (batch grading, see autograder.batch)
 
 ``check`` runs PATH (a notebook or a Python file) in a fresh process with a time limit,
 probes the answers there and judges them here; it prints a table (or, with ``--json``, a
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "grade":
         try:
-            from .grade import main as grade_main  # batch grading (autograder/grade.py)
+            from .batch import main as grade_main  # batch grading (autograder/batch.py)
         except ImportError as error:
             print(f"error: batch grading is not available ({error})", file=sys.stderr)
             return 2

@@ -346,6 +346,11 @@ class Zygote:
 
     # -- process management
     def start(self) -> None:
+        self.launch()
+        self.wait_ready()
+
+    def launch(self) -> None:
+        """Start the zygote process without waiting for it (see :meth:`wait_ready`)."""
         if self.mode == "bwrap":
             cmd = bwrap_command(self.bundle, self.preload, self.payload, self.hide)
         else:
@@ -357,23 +362,30 @@ class Zygote:
                                      stderr=subprocess.PIPE, env=env, cwd="/tmp",
                                      start_new_session=True)
         self._stderr = bytearray()
+
+    def wait_ready(self) -> None:
         header, _ = self._read(self.start_timeout)
         if header.get("status") != "ready":
             raise SandboxError(f"the grading sandbox did not start: {header}")
 
-    def close(self) -> None:
-        if self.proc is not None:
+    def close_process(self) -> None:
+        """Kill the zygote (and with it whatever runs in its sandbox)."""
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        self.proc.wait()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
             try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
+                stream.close()
+            except OSError:
                 pass
-            self.proc.wait()
-            for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-                try:
-                    stream.close()
-                except OSError:
-                    pass
-            self.proc = None
+        self.proc = None
+
+    def close(self) -> None:
+        self.close_process()
         self._tmp.cleanup()
 
     def __enter__(self):
@@ -384,13 +396,7 @@ class Zygote:
         self.close()
 
     def _restart(self) -> None:
-        if self.proc is not None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.proc.wait()
-            self.proc = None
+        self.close_process()
         self.start()
 
     def _read(self, timeout: float) -> tuple[dict, bytes]:

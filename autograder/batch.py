@@ -70,15 +70,25 @@ def _hash_files(paths) -> str:
     return h.hexdigest()
 
 
+# what decides a grade: a change here regrades everything on the next run
+VERSIONED = ("core.py", "inputs.py", "judge.py", "params.py", "probe.py", "shortcuts.py", "source.py",
+             "transport.py", "_child.py", "sandboxed.py", "zygote.py", "batch.py")
+
+
 def grader_version() -> str:
-    """A hash of the code that decides a grade (autograder and vitref sources)."""
-    import autograder
-    files = [p for p in Path(autograder.__file__).parent.rglob("*.py")]
+    """A hash of the code that decides a grade: the checks, probe/judge and vitref.
+    ``AUTOGRADER_GRADER_VERSION`` pins it (e.g. to keep grades after a cosmetic change)."""
+    pinned = os.environ.get("AUTOGRADER_GRADER_VERSION")
+    if pinned:
+        return pinned
+    package = Path(__file__).resolve().parent
+    files = [package / name for name in VERSIONED if (package / name).is_file()]
+    files += list((package / "checks").glob("*.py"))
     try:
         import importlib.util
         spec = importlib.util.find_spec("vitref")
         if spec is not None and spec.origin:
-            files += list(Path(spec.origin).parent.rglob("*.py"))
+            files += list(Path(spec.origin).parent.glob("*.py"))
     except (ImportError, ValueError):
         pass
     return _hash_files(files)[:16]
@@ -169,8 +179,6 @@ def find_source_dir(root: Path, explicit: str | None) -> Path | None:
 def load_sources(source_dir: Path | None, questions: dict[str, list]) -> dict[str, Source]:
     """The gradebook structure of every assignment: from its source notebook's nbgrader
     metadata when there is one, else one synthetic grade cell per question."""
-    import nbformat
-
     out = {}
     for assignment, qs in questions.items():
         path = None
@@ -182,25 +190,25 @@ def load_sources(source_dir: Path | None, questions: dict[str, list]) -> dict[st
             out[assignment] = Source(assignment, assignment, [
                 GradeCell(f"{q.id}_test", float(q.points), [q.id]) for q in qs], synthetic=True)
             continue
-        nb = nbformat.read(path, as_version=4)
+        nb = json.loads(path.read_text(encoding="utf-8"))
         src = Source(assignment, path.stem)
-        for cell in nb.cells:
-            meta = cell.metadata.get("nbgrader", {})
-            if not meta:
-                continue
+        for cell in nb.get("cells", []):
+            meta = (cell.get("metadata") or {}).get("nbgrader") or {}
             name = meta.get("grade_id")
             if not name:
                 continue
+            text = cell.get("source", "")
+            text = "".join(text) if isinstance(text, list) else str(text)
+            kind = cell.get("cell_type", "code")
             if meta.get("grade"):
-                qids = [qid for qid in _GRADE_CALL.findall(cell.source) if qid in {q.id for q in qs}]
+                qids = [qid for qid in _GRADE_CALL.findall(text) if qid in {q.id for q in qs}]
                 src.grade_cells.append(GradeCell(name, float(meta.get("points", 0)),
-                                                 list(dict.fromkeys(qids)), cell.cell_type))
+                                                 list(dict.fromkeys(qids)), kind))
             if meta.get("solution"):
                 src.solution_cells.append(name)
             if meta.get("locked") or meta.get("grade") or meta.get("solution"):
-                src.source_cells.append({"name": name, "cell_type": cell.cell_type,
-                                         "locked": bool(meta.get("locked")),
-                                         "source": cell.source})
+                src.source_cells.append({"name": name, "cell_type": kind,
+                                         "locked": bool(meta.get("locked")), "source": text})
         out[assignment] = src
     return out
 
@@ -305,8 +313,13 @@ def _worker(slot: int, conn, options: dict) -> None:
     limits = Limits(**options["limits"])
     zygote = Zygote(slot=slot, preload=tuple(options["preload"]), payload=PAYLOAD,
                     hide=tuple(options["hide"]))
-    # warm the judges (imports torch and vitref here, once per job)
-    import autograder.judge  # noqa: F401
+    try:
+        zygote.launch()                # the sandbox boots while this job imports the judges
+        import autograder.judge  # noqa: F401
+        import vitref  # noqa: F401
+        zygote.wait_ready()
+    except Exception:  # noqa: BLE001 - run() restarts it on the first task and reports there
+        zygote.close_process()
     _cap_memory(JUDGE_MEMORY_MB)
     try:
         conn.send(("ready", slot, None))
@@ -404,14 +417,19 @@ class Pool:
                                                       f"{proc.exitcode}) on this submission"))
                     self._spawn(slot)
 
-    def close(self) -> None:
+    def close(self, now: bool = False) -> None:
+        """Stop the jobs: after their current task, or (now=True, on Ctrl-C) at once; a
+        job's sandbox dies with it (bubblewrap's --die-with-parent)."""
         for proc, conn in self.workers.values():
+            if now:
+                proc.terminate()
+                continue
             try:
                 conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
         for proc, conn in self.workers.values():
-            proc.join(timeout=30)
+            proc.join(timeout=5 if now else 60)
             if proc.is_alive():
                 proc.kill()
                 proc.join()
@@ -434,13 +452,16 @@ def save_state(root: Path, result: dict) -> None:
     os.replace(tmp, path)
 
 
-def load_state(root: Path, task: Task) -> dict | None:
+def load_state(root: Path, task: Task, any_version: bool = False) -> dict | None:
+    """The saved result of a submission if it is still valid (same notebook and grader)."""
     path = _state_path(root, task.student, task.assignment)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    return data if data.get("digest") == task.digest else None
+    if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
+        return None
+    return data if any_version or data.get("digest") == task.digest else None
 
 
 def write_csv(root: Path, results: list[dict]) -> Path:
@@ -593,18 +614,24 @@ def run(args: argparse.Namespace) -> int:
     sources = load_sources(source_dir, questions)
     version = grader_version()
     tasks = discover(root, questions, sources, version)
-    if args.assignment:
-        tasks = [t for t in tasks if t.assignment in args.assignment]
-    if args.student:
-        tasks = [t for t in tasks if t.student in args.student]
+
+    def selected(t: Task) -> bool:
+        return ((not args.assignment or t.assignment in args.assignment)
+                and (not args.student or t.student in args.student))
+
     results: dict[tuple, dict] = {}
     todo = []
     for task in tasks:
-        old = None if args.force else load_state(root, task)
+        if not selected(task):
+            # not to be graded now: its last grade (if any) stays in the CSV and gradebook
+            old = load_state(root, task, any_version=True)
+        else:
+            old = None if args.force else load_state(root, task)
         if old is not None:
             results[(task.student, task.assignment)] = old
-        else:
+        elif selected(task):
             todo.append(task)
+    tasks_shown = [t for t in tasks if selected(t)]
     jobs = args.jobs or len(os.sched_getaffinity(0))
     jobs = max(1, min(jobs, len(todo) or 1))
     limits = Limits(timeout=args.timeout, memory_mb=args.memory)
@@ -614,8 +641,8 @@ def run(args: argparse.Namespace) -> int:
         ([str(source_dir)] if source_dir else [])
     options = {"limits": asdict(limits), "preload": _preload(source_dir, sorted(questions)),
                "hide": hide}
-    print(f"grading {len(todo)} submission(s) of {len({t.student for t in tasks})} student(s) "
-          f"({len(tasks) - len(todo)} unchanged, skipped) with {jobs} job(s); "
+    print(f"grading {len(todo)} submission(s) of {len({t.student for t in tasks_shown})} student(s) "
+          f"({len(tasks_shown) - len(todo)} unchanged, skipped) with {jobs} job(s); "
           f"sandbox: {sandbox_mode}; limits: {limits.timeout:g} s, {limits.memory_mb} MB",
           flush=True)
     if sandbox_mode != "bwrap":
@@ -638,13 +665,15 @@ def run(args: argparse.Namespace) -> int:
 
     interrupted = False
     if todo:
+        previous = signal.signal(signal.SIGTERM, _raise_interrupt)
         pool = Pool(jobs, options)
         try:
             pool.run(todo, on_result)
         except KeyboardInterrupt:
             interrupted = True
         finally:
-            pool.close()
+            pool.close(now=interrupted)
+            signal.signal(signal.SIGTERM, previous)
             if bar is not None:
                 bar.close()
     final = [results[(t.student, t.assignment)] for t in tasks if (t.student, t.assignment) in results]
@@ -652,12 +681,16 @@ def run(args: argparse.Namespace) -> int:
     db_path = write_gradebook(root, course_id(root, source_dir), sources, final)
     graded_now = len([t for t in todo if (t.student, t.assignment) in results])
     elapsed = time.monotonic() - started
-    print(summary(final, graded_now, len(tasks) - len(todo), elapsed))
+    print(summary(final, graded_now, len(tasks_shown) - len(todo), elapsed))
     print(f"wrote {csv_path}, {db_path} and {root / 'feedback'}/")
     if interrupted:
         print("interrupted: run the same command again to grade the rest", file=sys.stderr)
         return 130
     return 0
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def summary(results: list[dict], graded: int, skipped: int, elapsed: float) -> str:

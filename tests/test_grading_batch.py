@@ -1,0 +1,153 @@
+"""`python -m autograder grade` as an instructor uses it: re-runs skip what is graded,
+changes are regraded, an interrupted batch resumes, odd folders still get rows, the
+gradebook follows, feedback is escaped. Uses 02_positional_encoding (one question, q1)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import grading_students as S
+
+A = "02_positional_encoding"
+
+
+def grade(root: Path, *extra: str, version: str = "v1", timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run the command; the grader version is pinned so that edits to the autograder made
+    while the tests run do not count as "the grader changed"."""
+    cmd = [sys.executable, "-m", "autograder", "grade", str(root), "--jobs", "2", "--no-progress",
+           "--timeout", "20", *extra]
+    env = dict(os.environ, AUTOGRADER_GRADER_VERSION=version)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=S.REPO, env=env)
+
+
+def scores(root: Path) -> dict:
+    return {k: v[0] for k, v in S.read_csv(root).items()}
+
+
+def _odd_students(root: Path) -> None:
+    (root / "submitted" / "empty" / A).mkdir(parents=True)                  # no notebook
+    S.write(S.load(A), root, "renamed", A, name="my work.ipynb")             # another name
+    S.write(S.load(A, "exercises"), root, "two", A)                          # two notebooks:
+    S.write(S.load(A), root, "two", A, name="scratch.ipynb")                 # the named one counts
+    S.write(S.load(A), root, "other", "99_not_an_assignment")
+    # an error message that tries to inject HTML into the feedback page
+    S.write(S.replace_definition(S.load(A), "getPositionEncoding",
+                                 "def getPositionEncoding(seq_len, d, n=10000):\n"
+                                 "    raise ValueError('<script>alert(1)</script>')"), root, "xss", A)
+
+
+def test_batch_odd_folders_rerun_changes_and_force(tmp_path):
+    root = tmp_path / "course"
+    S.write(S.load(A), root, "ann", A)
+    S.write(S.load(A, "exercises"), root, "ben", A)
+    _odd_students(root)
+    first = grade(root)
+    assert first.returncode == 0, first.stderr
+    assert "grading 7 submission(s)" in first.stdout, first.stdout
+    rows = S.read_csv(root)
+    assert rows[("ann", A, "q1")][:2] == (2.0, 2.0) and rows[("ben", A, "q1")][:2] == (0.0, 2.0)
+    # odd folders: every one still has its row, with a reason when it is a zero
+    assert rows[("renamed", A, "q1")][0] == 2.0
+    assert rows[("two", A, "q1")][0] == 0.0
+    assert rows[("empty", A, "q1")][:2] == (0.0, 2.0) and "no notebook" in rows[("empty", A, "q1")][2]
+    assert rows[("other", "99_not_an_assignment", "")][1] == 0.0
+    assert "no questions" in rows[("other", "99_not_an_assignment", "")][2]
+    assert len(rows) == 7
+    header = (root / "grades.csv").read_text().splitlines()[0]
+    assert header == "student,assignment,question,score,max_score,reason"
+    two = json.loads((root / ".autograder" / "results" / "two" / f"{A}.json").read_text())
+    assert two["notebook"] == f"{A}.ipynb" and "several notebooks" in two["reason"]
+    page = (root / "feedback" / "xss" / A / "feedback.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;" in page
+
+    state = root / ".autograder" / "results" / "ann" / f"{A}.json"
+    stamp = state.stat().st_mtime_ns
+    again = grade(root)
+    assert again.returncode == 0, again.stderr
+    assert "grading 0 submission(s)" in again.stdout and "7 unchanged" in again.stdout
+    assert state.stat().st_mtime_ns == stamp
+    assert S.read_csv(root) == rows
+
+    # ben hands in the solution: only ben is graded again, and the gradebook follows
+    S.write(S.load(A), root, "ben", A)
+    changed = grade(root)
+    assert "grading 1 submission(s)" in changed.stdout, changed.stdout
+    assert state.stat().st_mtime_ns == stamp
+    assert scores(root)[("ben", A, "q1")] == 2.0
+    from nbgrader.api import Gradebook
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        assert gb.find_submission(A, "ben").score == 2.0
+        assert len(gb.find_assignment(A).submissions) == 6
+
+    # --force grades again what it is asked to (here one student); the others keep their rows
+    forced = grade(root, "--force", "--student", "ann")
+    assert "grading 1 submission(s)" in forced.stdout, forced.stdout
+    assert state.stat().st_mtime_ns != stamp
+    assert len(S.read_csv(root)) == 7
+
+
+def test_new_grader_version_invalidates_saved_results(tmp_path):
+    """A change to the checks or to vitref (another grader version) regrades everything."""
+    from autograder import batch
+    root = tmp_path / "course"
+    S.write(S.load(A), root, "ann", A)
+    questions = batch._questions_by_assignment()
+    sources = batch.load_sources(S.REPO / "solutions", questions)
+    (task,) = batch.discover(root, questions, sources, "v1")
+    batch.save_state(root, {"student": "ann", "assignment": A, "digest": task.digest,
+                            "questions": [], "score": 0, "max_score": 0})
+    assert batch.load_state(root, task) is not None
+    (task_v2,) = batch.discover(root, questions, sources, "v2")
+    assert batch.load_state(root, task_v2) is None
+    assert batch.load_state(root, task_v2, any_version=True) is not None
+    S.write(S.load(A, "exercises"), root, "ann", A)
+    (changed,) = batch.discover(root, questions, sources, "v1")
+    assert batch.load_state(root, changed) is None
+    assert batch.grader_version() != "v1"     # the real version is a hash of the grading code
+
+
+def test_interrupted_batch_resumes(tmp_path):
+    """Ctrl-C in the middle: finished submissions are kept; the next run grades the rest."""
+    root = tmp_path / "course"
+    for student in ("a1", "a2"):
+        S.write(S.load(A), root, student, A)
+    # z9 sleeps with SIGALRM ignored: only the 20 s wall limit would stop it
+    S.write(S.insert_cell(S.load(A), "import signal, time\nsignal.signal(signal.SIGALRM, "
+                          "signal.SIG_IGN)\ntime.sleep(600)"), root, "z9", A)
+    cmd = [sys.executable, "-m", "autograder", "grade", str(root), "--jobs", "1", "--no-progress",
+           "--timeout", "20"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=S.REPO, env=dict(os.environ, AUTOGRADER_GRADER_VERSION="v1"))
+    states = root / ".autograder" / "results"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if (states / "a2" / f"{A}.json").exists():
+            break
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.2)
+    time.sleep(1.0)       # z9 is running now
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, (out, err)
+    assert not (states / "z9" / f"{A}.json").exists()
+    assert scores(root) == {("a1", A, "q1"): 2.0, ("a2", A, "q1"): 2.0}
+    # no grading process is left behind
+    assert subprocess.run(["pgrep", "-f", f"autograder grade {root}"], capture_output=True).stdout == b""
+
+    S.write(S.load(A), root, "z9", A)
+    resumed = grade(root)
+    assert "grading 1 submission(s)" in resumed.stdout and "2 unchanged" in resumed.stdout
+    assert scores(root) == {("a1", A, "q1"): 2.0, ("a2", A, "q1"): 2.0, ("z9", A, "q1"): 2.0}
+
+
+def test_missing_root_is_a_clear_error(tmp_path):
+    result = grade(tmp_path / "nowhere")
+    assert result.returncode != 0
+    assert "submitted" in result.stderr
