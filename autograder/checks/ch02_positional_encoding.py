@@ -70,6 +70,30 @@ def _transposed(parts):
     return getPositionEncoding
 
 
+def _sin_only(parts):
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(seq_len):
+            for i in np.arange(int(d / 2)):
+                denominator = np.power(n, 2 * i / d)
+                P[k, 2 * i] = np.sin(k / denominator)
+                P[k, 2 * i + 1] = np.sin(k / denominator)
+        return P
+    return getPositionEncoding
+
+
+def _index_i(parts):
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(seq_len):
+            for i in np.arange(int(d / 2)):
+                denominator = np.power(n, 2 * i / d)
+                P[k, i] = np.sin(k / denominator)
+                P[k, i + 1] = np.cos(k / denominator)
+        return P
+    return getPositionEncoding
+
+
 def _precedence(k, i, d, n, col):
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.float64(k) / (np.float64(n) ** 2 * i / d)
@@ -103,6 +127,15 @@ Q1_MISTAKES = [
     Mistake("positions_from_one", "positions counted from 1",
             "Row k is position k, starting at 0 (the first row is sin(0) = 0, cos(0) = 1).",
             _table(lambda k, i, d, n, col: k / np.power(n, 2 * i / d), start=1)),
+    Mistake("integer_division", "exponent 2*i//d: integer division",
+            "2*i//d is 0 for every pair (2i < d), so all columns get the same frequency; use 2*i/d.",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * i // d))),
+    Mistake("sin_only", "sine in both columns of a pair",
+            "Column 2i+1 holds the cosine of the same angle: P[k, 2*i+1] = cos(k / denominator).",
+            _sin_only),
+    Mistake("index_i", "columns indexed i and i+1 instead of 2i and 2i+1",
+            "Pair i fills columns 2*i (sine) and 2*i+1 (cosine); with P[k, i] the pairs overwrite each other.",
+            _index_i),
     Mistake("transposed", "table transposed, (d, seq_len)",
             "Return one row per position: shape (seq_len, d).",
             _transposed),

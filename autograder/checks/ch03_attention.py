@@ -97,10 +97,14 @@ SOFTMAX_MISTAKES = [
     Mistake("no_exp", "no exponential",
             "softmax(x)_i = exp(x_i) / sum_j exp(x_j): exponentiate before normalising.",
             _softmax_variant(lambda x, dim: x / x.sum(dim, keepdim=True))),
-    Mistake("no_keepdim", "max and sum without keepdim=True",
+    Mistake("no_keepdim", "max or sum without keepdim=True",
             "Without keepdim the reduced axis disappears and broadcasting lines the values up wrongly; "
             "use x.amax(dim, keepdim=True) and .sum(dim, keepdim=True).",
             _softmax_variant(_no_keepdim)),
+    Mistake("global_max", "subtracted the maximum of the whole tensor",
+            "Subtract each slice's own maximum (x.amax(dim, keepdim=True)): a slice far below the global "
+            "maximum underflows to exp(-2000) = 0 and gives 0/0 = NaN.",
+            _softmax_variant(lambda x, dim: torch.exp(x - x.max()) / torch.exp(x - x.max()).sum(dim, keepdim=True))),
     Mistake("log_softmax", "returned log-probabilities",
             "Return the probabilities exp(x - max) / sum(exp(x - max)), not their logarithm.",
             _softmax_variant(lambda x, dim: (x - x.amax(dim, keepdim=True))
@@ -176,6 +180,8 @@ def _attn(scale="sqrt_dk", softmax_dim=-1, mask_mode="fill", fill=float("-inf"),
                 scores = scores / q.shape[-1]
             elif scale == "sqrt_dv":
                 scores = scores / math.sqrt(v.shape[-1])
+            elif scale == "half":
+                scores = scores / (q.shape[-1] ** 1 / 2)
             if mask is not None and mask_mode == "fill":
                 scores = scores.masked_fill(mask == 0, fill)
             elif mask is not None and mask_mode == "inverted":
@@ -205,9 +211,15 @@ ATTENTION_MISTAKES = [
     Mistake("scale_by_dv", "scores divided by sqrt(d_v) instead of sqrt(d_k)",
             "Scale by the size of the vectors in the dot product, d_k = q.shape[-1], not d_v.",
             _attn(scale="sqrt_dv", fill=-1e9)),
+    Mistake("precedence_half", "d_k ** 1/2 is d_k / 2",
+            "Operator precedence: d_k ** 1/2 means (d_k ** 1) / 2; write d_k ** 0.5 or math.sqrt(d_k).",
+            _attn(scale="half", fill=-1e9)),
     Mistake("softmax_over_queries", "softmax over the queries axis",
             "Each query's weights must sum to 1 over the keys: softmax over the last axis (dim=-1).",
             _attn(softmax_dim=-2, fill=-1e9)),
+    Mistake("fill_zero", "blocked scores set to 0 instead of -inf",
+            "A score of 0 still gets weight exp(0) after the softmax: fill blocked scores with -inf or -1e9.",
+            _attn(fill=0.0)),
     Mistake("nan_fully_masked", "fully masked rows give NaN",
             "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN. Use a large negative "
             "number such as -1e9 instead of -inf, or set those rows to zero.",
@@ -303,6 +315,8 @@ def _head(scale="head_dim", softmax_dim=-1, qk_swapped=False, use_mask=True, val
                     scores = scores / math.sqrt(self.head_dim)
                 elif scale == "dim":
                     scores = scores / math.sqrt(self.dim)
+                elif scale == "half":
+                    scores = scores / (self.head_dim ** 1 / 2)
                 if mask is not None and use_mask:
                     scores = scores.masked_fill(mask == 0, -1e9)
                 weights = torch.softmax(scores, dim=softmax_dim)
@@ -317,6 +331,8 @@ HEAD_MISTAKES = [
             _head(scale="dim")),
     Mistake("no_scaling", "missing the 1/sqrt(head_dim) scaling",
             "Divide q k^T by sqrt(head_dim) before the softmax.", _head(scale=None)),
+    Mistake("precedence_half", "head_dim ** 1/2 is head_dim / 2",
+            "Operator precedence: head_dim ** 1/2 means head_dim / 2; write head_dim ** 0.5.", _head(scale="half")),
     Mistake("softmax_over_queries", "softmax over the queries axis",
             "Each query's weights sum to 1 over the keys: softmax(dim=-1).", _head(softmax_dim=-2)),
     Mistake("qk_swapped", "weights transposed: k q^T instead of q k^T",

@@ -105,6 +105,9 @@ MHA_MISTAKES = [
     Mistake("einsum_wrong_axis", "einsum sums over the queries axis",
             "In 'bhal, bhlv -> bhav' the weights att[b, h, a, l] of query a are summed over the keys l; "
             "the result keeps the query axis a.", _mha(einsum="bhla, bhlv -> bhav")),
+    Mistake("einsum_keeps_keys", "einsum output keeps the keys axis, 'bhal, bhlv -> bhlv'",
+            "Sum over the keys l and keep the queries a: 'bhal, bhlv -> bhav'.",
+            _mha(einsum="bhal, bhlv -> bhlv")),
     Mistake("scale_after_softmax", "scaling applied after the softmax",
             "Divide the energy by sqrt(head_dim) before F.softmax; dividing the weights afterwards means they "
             "no longer sum to 1.", _mha(scale_after=True, scale="emb")),

@@ -95,6 +95,9 @@ Q6_MISTAKES = [
             "Add the input back: return x + self.fn(x, **kwargs).", _residual(lambda self, x, kw: self.fn(x, **kw))),
     Mistake("added_twice", "the input added twice",
             "The residual sum adds x once: x + fn(x).", _residual(lambda self, x, kw: x + x + self.fn(x, **kw))),
+    Mistake("fn_doubled", "fn(x) added to itself: the input is lost",
+            "Keep the input before overwriting x: res = x; x = self.fn(x, **kwargs); return x + res.",
+            _residual(lambda self, x, kw: self.fn(x, **kw) + self.fn(x, **kw))),
     Mistake("kwargs_dropped", "keyword arguments are not passed on to fn",
             "Forward them: self.fn(x, **kwargs) (the encoder passes e.g. a mask this way).",
             _residual(lambda self, x, kw: x + self.fn(x))),
@@ -146,7 +149,8 @@ def _ffn(hidden="expansion", activation="gelu", order="normal"):
     def build(parts):
         class FeedForwardBlock(nn.Sequential):
             def __init__(self, emb_size, expansion=4, drop_p=0.0):
-                width = {"expansion": expansion * emb_size, "none": emb_size, "four": 4 * emb_size}[hidden]
+                width = {"expansion": expansion * emb_size, "none": emb_size, "four": 4 * emb_size,
+                         "bare": expansion}[hidden]
                 act = {"gelu": nn.GELU(), "relu": nn.ReLU(), "tanh": nn.GELU(approximate="tanh"),
                        None: nn.Identity()}[activation]
                 if order == "normal":
@@ -167,6 +171,8 @@ Q7_MISTAKES = [
             _ffn(hidden="none")),
     Mistake("expansion_hardcoded", "expansion fixed at 4",
             "Use the expansion argument: nn.Linear(emb_size, expansion * emb_size).", _ffn(hidden="four")),
+    Mistake("hidden_is_expansion", "hidden layer of size expansion instead of expansion * emb_size",
+            "The hidden width is expansion * emb_size (e.g. 4 * 768 = 3072), not expansion.", _ffn(hidden="bare")),
     Mistake("no_activation", "no activation between the linear layers",
             "Two linear layers in a row are one linear map: put nn.GELU() between them.", _ffn(activation=None)),
     Mistake("activation_last", "GELU after the second linear layer",
@@ -243,9 +249,17 @@ def _encoder_block(layout):
         class TransformerEncoderBlock(nn.Sequential):
             def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, **kwargs):
                 heads = kwargs.get("num_heads", 8)
-                attn = MHA(emb_size, heads)
-                ffn = FFN(emb_size, expansion=forward_expansion, drop_p=forward_drop_p)
-                if layout == "post_ln":
+                attn = MHA(emb_size) if layout == "kwargs_not_passed" else MHA(emb_size, heads)
+                ffn = (FFN(emb_size) if layout == "expansion_not_passed" else
+                       FFN(emb_size, expansion=forward_expansion, drop_p=forward_drop_p))
+                if layout in ("kwargs_not_passed", "expansion_not_passed"):
+                    layout_ = "pre_ln"
+                else:
+                    layout_ = layout
+                if layout_ == "pre_ln":
+                    super().__init__(ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), attn, nn.Dropout(drop_p))),
+                                     ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), ffn, nn.Dropout(drop_p))))
+                elif layout == "post_ln":
                     super().__init__(PostNorm(nn.Sequential(attn, nn.Dropout(drop_p)), emb_size),
                                      PostNorm(nn.Sequential(ffn, nn.Dropout(drop_p)), emb_size))
                 elif layout == "no_residual":
@@ -287,6 +301,12 @@ BLOCK_MISTAKES = [
     Mistake("missing_ffn_norm", "no LayerNorm before the feed-forward block",
             "Both residual branches start with their own nn.LayerNorm(emb_size).",
             _encoder_block("missing_ffn_norm"), _BLOCK_PARTS),
+    Mistake("kwargs_not_passed", "MultiHeadAttention built without **kwargs: num_heads keeps its default",
+            "Pass the extra arguments on: MultiHeadAttention(emb_size, **kwargs), so num_heads reaches it.",
+            _encoder_block("kwargs_not_passed"), _BLOCK_PARTS),
+    Mistake("expansion_not_passed", "forward_expansion not passed to the feed-forward block",
+            "FeedForwardBlock(emb_size, expansion=forward_expansion, drop_p=forward_drop_p).",
+            _encoder_block("expansion_not_passed"), _BLOCK_PARTS),
     Mistake("one_residual", "one residual connection around both sub-layers",
             "Each sub-layer gets its own ResidualAdd: x = x + MSA(LN(x)), then x = x + MLP(LN(x)).",
             _encoder_block("one_residual"), _BLOCK_PARTS),
@@ -360,6 +380,7 @@ def _layernorm(body):
 
 
 def _ln(mean_dims=-1, unbiased=False, eps="inside", affine=True, sqrt=True, eps_value=None):
+    """A wrong LayerNorm; ``mean_dims=None`` reduces over every axis."""
     def body(self, x):
         dims = tuple(range(x.dim())) if mean_dims is None else mean_dims
         mean = x.mean(dim=dims, keepdim=True)
@@ -389,6 +410,11 @@ LN_MISTAKES = [
     Mistake("all_axes", "normalised over all axes instead of the last one",
             "Each token vector is normalised on its own: mean and variance over the last axis (dim=-1).",
             _ln(mean_dims=None)),
+    Mistake("first_axis", "normalised over the first axis (the batch)",
+            "Normalise each token vector: mean and variance over the last axis, dim=-1.", _ln(mean_dims=0)),
+    Mistake("std_unbiased_eps_outside", "x.std() (unbiased) with eps outside the square root",
+            "torch.std divides by dim - 1; use the biased variance and put eps inside: sqrt(var + eps).",
+            _ln(unbiased=True, eps="outside")),
     Mistake("no_affine", "weight and bias not applied",
             "After normalising, scale by self.weight and shift by self.bias.", _ln(affine=False)),
     Mistake("no_sqrt", "divided by the variance instead of the standard deviation",

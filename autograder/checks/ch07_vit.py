@@ -245,6 +245,12 @@ CE_MISTAKES = [
     Mistake("softmax_over_batch", "log-softmax over the batch axis",
             "Normalise each example over its classes: log-softmax along dim=-1.",
             _ce(lambda x, t: -_pick(_log_softmax(x, dim=0), t).mean())),
+    Mistake("rows_indexed_by_target", "log-probabilities indexed as log_probs[targets]",
+            "log_probs[targets] picks whole rows; pick one entry per example: "
+            "log_probs[torch.arange(B), targets].", _ce(lambda x, t: -_log_softmax(x)[t].mean())),
+    Mistake("columns_indexed_by_target", "log-probabilities indexed as log_probs[:, targets]",
+            "log_probs[:, targets] is a (B, B) matrix; pick one entry per example: "
+            "log_probs[torch.arange(B), targets].", _ce(lambda x, t: -_log_softmax(x)[:, t].mean())),
     Mistake("probabilities_not_log", "probabilities instead of log-probabilities",
             "Take the log: the loss is -log p(target), not -p(target).",
             _ce(lambda x, t: -_pick(torch.exp(_log_softmax(x)), t).mean())),

@@ -87,6 +87,9 @@ MASK_MISTAKES = [
     Mistake("inverted", "True where attention is blocked",
             "The mask is 1/True where a query MAY attend (s <= t), 0/False where it is blocked.",
             _mask(lambda T: torch.ones(T, T, dtype=torch.bool).triu(1))),
+    Mistake("one_step_ahead", "tril(diagonal=1): each query also sees the next position",
+            "Keys s <= t only: torch.tril(torch.ones(T, T)) with the default diagonal=0.",
+            _mask(lambda T: torch.ones(T, T, dtype=torch.bool).tril(1))),
     Mistake("additive", "an additive mask (0 allowed, -inf blocked)",
             "This question asks for 1/True where a query may attend and 0/False elsewhere.",
             _mask(lambda T: torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1),
@@ -272,12 +275,18 @@ def _decoder(mode):
 
                 def cross_attention(h):
                     source = h if mode == "keys_from_decoder" else context
+                    if mode == "context_normalised":
+                        source = self.norm2(source)
                     return first_if_tuple(self.cross_attn(h, source))
 
                 if mode == "post_ln":
                     x = self.norm1(x + self_attention(x))
                     x = self.norm2(x + cross_attention(x))
                     return self.norm3(x + self.mlp(x))
+                if mode == "same_norm":
+                    x = x + self_attention(self.norm1(x))
+                    x = x + cross_attention(self.norm1(x))
+                    return x + self.mlp(self.norm1(x))
                 if mode == "cross_first":
                     x = x + cross_attention(self.norm1(x))
                     x = x + self_attention(self.norm2(x))
@@ -303,6 +312,11 @@ DEC_MISTAKES = [
     Mistake("post_ln", "post-LN: LayerNorm after the residual sums",
             "This block is pre-LN: x = x + sublayer(norm(x)) for each of the three sub-layers.",
             _decoder("post_ln"), _DEC_PARTS),
+    Mistake("context_normalised", "the context normalised with the decoder's LayerNorm",
+            "norm2 belongs to the decoder tokens: cross_attn(self.norm2(x), context), with the encoder output "
+            "as it is.", _decoder("context_normalised"), _DEC_PARTS),
+    Mistake("same_norm", "norm1 used before all three sub-layers",
+            "Each sub-layer has its own LayerNorm: norm1, norm2 and norm3.", _decoder("same_norm"), _DEC_PARTS),
     Mistake("cross_first", "cross-attention before self-attention",
             "The order is masked self-attention, then cross-attention, then the MLP.", _decoder("cross_first"),
             _DEC_PARTS),
