@@ -8,8 +8,15 @@
     autograder.grade("q1", getPositionEncoding)       # AssertionError(feedback) unless passed
 
 Command line: ``python -m autograder check PATH [--question QID ...] [--json]`` (see
-:mod:`autograder.runner`). Nothing here imports vitref until a check is judged, so the
-student-side probes also run where vitref is absent.
+:mod:`autograder.runner`); ``python -m autograder questions`` lists the questions.
+As pytest tests: ``pytest autograder --answers PATH [--question QID ...]`` (one test per question).
+
+How a check works (:mod:`autograder.core`): the *probe* runs the answer on fixed inputs in
+the student's process and returns plain arrays; the *judge* recomputes the references with
+vitref in the grader's process, compares, and names the mistake from the question's
+catalogue (``Question.catalogue``) when the outputs match a known wrong answer. Each
+question also carries its starter code (``Question.skeleton``). Nothing here imports vitref
+until a check is judged, so the probes also run where vitref is absent.
 """
 from __future__ import annotations
 

@@ -186,9 +186,15 @@ def write_group(group: Group, matrices: dict, out: dict):
 # --------------------------------------------------------------------------- plain parameters
 
 
+def _squeezed(shape) -> tuple:
+    return tuple(int(n) for n in shape if n != 1)
+
+
 def _compatible(t: P, s: P) -> bool:
     if tuple(t.shape) != tuple(s.shape):
-        if not (s.raw and len(s.shape) == 2 and tuple(s.shape[::-1]) == tuple(t.shape)):
+        transposed = s.raw and len(s.shape) == 2 and tuple(s.shape[::-1]) == tuple(t.shape)
+        # (1, N+1, D) vs (N+1, D), (1, 1, D) vs (D,): the same table with extra unit axes
+        if not transposed and _squeezed(s.shape) != _squeezed(t.shape):
             return False
     if t.is_bias != s.is_bias and (t.leaf in ("weight", "bias") and s.leaf in ("weight", "bias")):
         return False
@@ -270,7 +276,7 @@ def _plain_value(t: P, s: P | None, values: dict, transpose_square: bool) -> np.
         return np.zeros(t.shape)
     value = values[s.name]
     if tuple(value.shape) != tuple(t.shape):
-        value = value.T
+        value = value.reshape(t.shape) if _squeezed(value.shape) == _squeezed(t.shape) else value.T
     elif s.raw and len(s.shape) == 2 and s.shape[0] == s.shape[1] and transpose_square and t.owner == "linear":
         value = value.T
     return value

@@ -138,7 +138,7 @@ def _run_q7(answer, case, rec):
     if p["expansion"] is None:
         module = rec.build(answer, p["E"])
     else:
-        module = rec.build(answer, p["E"], expansion=p["expansion"])
+        module = build_flexible(rec, answer, (p["E"], p["expansion"]), {"emb_size": p["E"], "expansion": p["expansion"]})
     x = rec.tensor(I.randn(p["x"], p["seed"], scale=2.0))
     out = rec.call(module, x)
     rec.check_new_params(module)
@@ -356,7 +356,10 @@ LN_CASES = [
 
 def _run_ln(answer, case, rec):
     p = case.params
-    module = rec.build(answer, p["dim"]) if p["eps"] is None else rec.build(answer, p["dim"], eps=p["eps"])
+    if p["eps"] is None:
+        module = rec.build(answer, p["dim"])
+    else:
+        module = build_flexible(rec, answer, (p["dim"], p["eps"]), {"dim": p["dim"], "eps": p["eps"]})
     x = I.randn(p["x"], p["seed"], p["scale"], p["offset"])
     if p.get("constant_row"):
         x[0, 2, :] = 7.0

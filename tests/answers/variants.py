@@ -616,3 +616,35 @@ class DecoderOther(nn.Module):
         x = x + self.self_attn(self.norm1(x), causal=self_mask == "causal")
         x = x + self.cross_attn(self.norm2(x), context)
         return x + self.mlp(self.norm3(x))
+
+
+# ----------------------------------------------------------------- other parameter names and shapes
+@variant("layernorm")
+class LayerNormOtherNames(nn.Module):
+    def __init__(self, features, epsilon=1e-5):
+        super().__init__()
+        self.epsilon = epsilon
+        self.scale = nn.Parameter(torch.ones(features))
+        self.shift = nn.Parameter(torch.zeros(features))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, correction=0)
+        return self.scale * (x - mean) / (var + self.epsilon).sqrt() + self.shift
+
+
+@variant("q3")
+class PatchEmbeddingBatchedPositions(nn.Module):
+    """Learned positions kept as (1, N+1, E) and a (1, 1, E) class token expanded."""
+
+    def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
+        super().__init__()
+        self.projection = nn.Sequential(
+            Rearrange("b c (h s1) (w s2) -> b (h w) (s1 s2 c)", s1=patch_size, s2=patch_size),
+            nn.Linear(patch_size * patch_size * in_channels, emb_size))
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, emb_size))
+        self.pos_embedding = nn.Parameter(torch.zeros(1, (img_size // patch_size) ** 2 + 1, emb_size))
+
+    def forward(self, x):
+        x = self.projection(x)
+        return torch.cat([self.cls_token.expand(len(x), -1, -1), x], dim=1) + self.pos_embedding
