@@ -57,6 +57,14 @@ def _reshape_only(parts):
     return image_to_patches
 
 
+def _unfold_no_permute(parts):
+    def image_to_patches(images, patch_size):
+        b, c, h, w = images.shape
+        grid = images.unfold(2, patch_size, patch_size).unfold(3, patch_size, patch_size)  # (B, C, h, w, P, P)
+        return grid.reshape(b, (h // patch_size) * (w // patch_size), -1)
+    return image_to_patches
+
+
 PATCH_MISTAKES = [
     Mistake("channels_first", "channels first inside each patch, (c s1 s2)",
             "Flatten each patch as (s1 s2 c): pixels row by row, the C values of a pixel side by side "
@@ -71,6 +79,9 @@ PATCH_MISTAKES = [
     Mistake("interleaved", "strided pixels instead of contiguous blocks, (s1 h) (s2 w)",
             "A patch is a block of neighbouring pixels: split H as (h s1), the patch index first.",
             _pattern("b c (s1 h) (s2 w) -> b (h w) (s1 s2 c)")),
+    Mistake("unfold_no_permute", "unfold, then reshape without moving the channel axis",
+            "After unfold the tensor is (B, C, h, w, P, P): permute to (B, h, w, P, P, C) before reshaping "
+            "to (B, N, P*P*C).", _unfold_no_permute),
     Mistake("reshape_only", "a plain reshape without moving the axes",
             "reshape(B, N, -1) keeps the memory order (c, H, W), so a 'patch' mixes whole image rows; "
             "move the axes first (einops rearrange or permute).",

@@ -182,6 +182,8 @@ def _attn(scale="sqrt_dk", softmax_dim=-1, mask_mode="fill", fill=float("-inf"),
                 scores = scores / math.sqrt(v.shape[-1])
             elif scale == "half":
                 scores = scores / (q.shape[-1] ** 1 / 2)
+            elif scale == "sqrt_s":
+                scores = scores / math.sqrt(k.shape[-2])
             if mask is not None and mask_mode == "fill":
                 scores = scores.masked_fill(mask == 0, fill)
             elif mask is not None and mask_mode == "inverted":
@@ -211,6 +213,9 @@ ATTENTION_MISTAKES = [
     Mistake("scale_by_dv", "scores divided by sqrt(d_v) instead of sqrt(d_k)",
             "Scale by the size of the vectors in the dot product, d_k = q.shape[-1], not d_v.",
             _attn(scale="sqrt_dv", fill=-1e9)),
+    Mistake("scale_by_seq_len", "scores divided by sqrt(S), the number of keys",
+            "Scale by sqrt(d_k), the length of the vectors in each dot product (q.shape[-1]).",
+            _attn(scale="sqrt_s", fill=-1e9)),
     Mistake("precedence_half", "d_k ** 1/2 is d_k / 2",
             "Operator precedence: d_k ** 1/2 means (d_k ** 1) / 2; write d_k ** 0.5 or math.sqrt(d_k).",
             _attn(scale="half", fill=-1e9)),

@@ -187,16 +187,24 @@ register(Question(
 CE_CASES = [
     Case("logits (4, 5), targets (4,)", {"B": 4, "C": 5, "seed": 181, "scale": 2.0}, {4: "B", 5: "C"}),
     Case("logits (1, 3), targets (1,)", {"B": 1, "C": 3, "seed": 182, "scale": 1.0}, {1: "B", 3: "C"}),
-    Case("logits (3, 6) with values near +-1000 (overflow test)", {"B": 3, "C": 6, "seed": 183, "scale": 800.0},
-         {3: "B", 6: "C"}),
+    Case("logits (3, 6) with values near +-1000 (overflow test)", {"B": 3, "C": 6, "seed": 183, "scale": 800.0,
+                                                                   "unlikely_targets": True}, {3: "B", 6: "C"}),
     Case("logits (6, 4), targets (6,)", {"B": 6, "C": 4, "seed": 184, "scale": 3.0}, {6: "B", 4: "C"}),
+    Case("logits (2, 5) with values near +-1000, targets the largest logits", {"B": 2, "C": 5, "seed": 185,
+                                                                               "scale": 800.0, "likely_targets": True},
+         {2: "B", 5: "C"}),
 ]
 
 
 def _run_ce(answer, case, rec):
     p = case.params
-    logits = rec.tensor(I.randn((p["B"], p["C"]), p["seed"], p["scale"]))
-    targets = rec.tensor(I.randint((p["B"],), p["C"], p["seed"]))
+    logits = I.randn((p["B"], p["C"]), p["seed"], p["scale"])
+    targets = I.randint((p["B"],), p["C"], p["seed"])
+    if p.get("unlikely_targets"):
+        targets = logits.argmin(axis=1).astype(np.int64)      # probabilities far below float range
+    if p.get("likely_targets"):
+        targets = logits.argmax(axis=1).astype(np.int64)
+    logits, targets = rec.tensor(logits), rec.tensor(targets)
     loss = rec.output("loss", rec.call(answer, logits, targets))
     if loss.size == 1:
         rec.outputs["loss"] = loss.reshape(())
@@ -236,6 +244,10 @@ CE_MISTAKES = [
     Mistake("not_stable", "not numerically stable: exp of large logits overflows",
             "log(softmax(x)) with exp(1000) gives inf/NaN; subtract the maximum first (or use logsumexp).",
             _ce(lambda x, t: -torch.log(_pick(torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), t)).mean())),
+    Mistake("log_of_softmax", "log of the softmax probabilities: underflows for large logits",
+            "softmax(x) of a very unlikely class is exactly 0 in floating point and log(0) = -inf; compute "
+            "the log-probabilities directly: x - max - log(sum(exp(x - max))).",
+            _ce(lambda x, t: -torch.log(_pick(torch.exp(_log_softmax(x)), t)).mean())),
     Mistake("no_minus", "missing minus sign",
             "Cross-entropy is the *negative* log-probability of the target class.",
             _ce(lambda x, t: _pick(_log_softmax(x), t).mean())),
