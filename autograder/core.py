@@ -63,6 +63,11 @@ class Mistake:
     hint: str                       # what to change, in a sentence
     build: Callable[[Any], Any]
     needs: tuple[str, ...] = ()
+    also: tuple = ()                # more builders of the same mistake (combined with a harmless variation)
+
+    def answers(self, parts) -> list:
+        """Every wrong answer of this entry: ``build`` first, then ``also``."""
+        return [builder(parts) for builder in (self.build, *self.also)]
 
 
 @dataclass

@@ -265,11 +265,13 @@ def _needs_tensors(student_case: dict) -> bool:
 
 
 def mistake_answers(question: Question, parts=None):
-    """(mistake, wrong answer) for every catalogue entry, built with the grader's parts."""
+    """(mistake, wrong answer) for every catalogue entry (and its ``also`` forms), built with
+    the grader's parts."""
     if parts is None and question.reference_parts is not None:
         parts = question.reference_parts()
     for mistake in question.catalogue:
-        yield mistake, mistake.build(parts)
+        for answer in mistake.answers(parts):
+            yield mistake, answer
 
 
 def _same_error(a: dict | None, b: dict | None) -> bool:

@@ -181,7 +181,9 @@ def _attn(scale="sqrt_dk", softmax_dim=-1, mask_mode="fill", fill=float("-inf"),
             elif scale == "sqrt_dv":
                 scores = scores / math.sqrt(v.shape[-1])
             elif scale == "half":
-                scores = scores / (q.shape[-1] ** 1 / 2)
+                scores = scores / (q.shape[-1] ** 1 / 2)          # scale = d_k ** 1/2; scores / scale
+            elif scale == "half_inline":
+                scores = scores / q.shape[-1] ** 1 / 2            # scores / d_k ** 1/2 written inline
             elif scale == "sqrt_s":
                 scores = scores / math.sqrt(k.shape[-2])
             if mask is not None and mask_mode == "fill":
@@ -203,25 +205,33 @@ def _attn(scale="sqrt_dk", softmax_dim=-1, mask_mode="fill", fill=float("-inf"),
     return build
 
 
+def _both_fills(key, title, hint, alternatives=(), **kwargs):
+    """A mistake that is not about masking, as written with -1e9 and with -inf (whose fully
+    masked rows are NaN): students combine them. ``alternatives``: other spellings (kwargs)."""
+    forms = [kwargs, *alternatives]
+    builders = [_attn(fill=fill, **form) for form in forms for fill in (-1e9, float("-inf"))]
+    return Mistake(key, title, hint, builders[0], also=tuple(builders[1:]))
+
+
 ATTENTION_MISTAKES = [
-    Mistake("no_scaling", "missing the 1/sqrt(d_k) scaling",
+    _both_fills("no_scaling", "missing the 1/sqrt(d_k) scaling",
             "Divide the scores q k^T by sqrt(d_k) before the softmax (d_k = q.shape[-1]).",
-            _attn(scale=None, fill=-1e9)),
-    Mistake("scale_by_dk", "scores divided by d_k instead of sqrt(d_k)",
+            scale=None),
+    _both_fills("scale_by_dk", "scores divided by d_k instead of sqrt(d_k)",
             "The scaling is 1/sqrt(d_k): it keeps the variance of q.k near 1.",
-            _attn(scale="dk", fill=-1e9)),
-    Mistake("scale_by_dv", "scores divided by sqrt(d_v) instead of sqrt(d_k)",
+            scale="dk"),
+    _both_fills("scale_by_dv", "scores divided by sqrt(d_v) instead of sqrt(d_k)",
             "Scale by the size of the vectors in the dot product, d_k = q.shape[-1], not d_v.",
-            _attn(scale="sqrt_dv", fill=-1e9)),
-    Mistake("scale_by_seq_len", "scores divided by sqrt(S), the number of keys",
+            scale="sqrt_dv"),
+    _both_fills("scale_by_seq_len", "scores divided by sqrt(S), the number of keys",
             "Scale by sqrt(d_k), the length of the vectors in each dot product (q.shape[-1]).",
-            _attn(scale="sqrt_s", fill=-1e9)),
-    Mistake("precedence_half", "d_k ** 1/2 is d_k / 2",
+            scale="sqrt_s"),
+    _both_fills("precedence_half", "d_k ** 1/2 is d_k / 2",
             "Operator precedence: d_k ** 1/2 means (d_k ** 1) / 2; write d_k ** 0.5 or math.sqrt(d_k).",
-            _attn(scale="half", fill=-1e9)),
-    Mistake("softmax_over_queries", "softmax over the queries axis",
+            scale="half", alternatives=({"scale": "half_inline"},)),
+    _both_fills("softmax_over_queries", "softmax over the queries axis",
             "Each query's weights must sum to 1 over the keys: softmax over the last axis (dim=-1).",
-            _attn(softmax_dim=-2, fill=-1e9)),
+            softmax_dim=-2),
     Mistake("fill_zero", "blocked scores set to 0 instead of -inf",
             "A score of 0 still gets weight exp(0) after the softmax: fill blocked scores with -inf or -1e9.",
             _attn(fill=0.0)),
@@ -240,16 +250,16 @@ ATTENTION_MISTAKES = [
     Mistake("mask_ignored", "the mask is ignored",
             "When mask is given, set the blocked scores to -inf (or -1e9) before the softmax.",
             _attn(mask_mode=None)),
-    Mistake("scale_after_softmax", "scaling applied after the softmax",
+    _both_fills("scale_after_softmax", "scaling applied after the softmax",
             "Divide the scores by sqrt(d_k) before the softmax; dividing the weights afterwards breaks "
             "their sum to 1.",
-            _attn(scale=None, after="scale_after", fill=-1e9)),
-    Mistake("returns_scores", "returned the scores instead of the softmax weights",
+            scale=None, after="scale_after"),
+    _both_fills("returns_scores", "returned the scores instead of the softmax weights",
             "The second result is the attention weights softmax(q k^T / sqrt(d_k)), each row summing to 1.",
-            _attn(fill=-1e9, returns="scores")),
-    Mistake("swapped_returns", "returned (weights, out) instead of (out, weights)",
+             returns="scores"),
+    _both_fills("swapped_returns", "returned (weights, out) instead of (out, weights)",
             "Return the output first: return out, weights.",
-            _attn(fill=-1e9, returns="swapped")),
+             returns="swapped"),
 ]
 
 register(Question(

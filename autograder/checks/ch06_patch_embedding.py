@@ -163,6 +163,18 @@ register(Question(
 ''',
 ))
 
+def _pe_part():
+    import numpy as np
+
+    def getPositionEncoding(seq_len, d, n=10000):
+        if d % 2:
+            # vitref refuses odd widths; only the catalogue's swapped-arguments answer asks for
+            # one, and there only the table's shape matters (adding it fails).
+            return np.zeros((seq_len, d))
+        return vitref().sinusoidal_encoding(seq_len, d, n).double().numpy()
+    return getPositionEncoding
+
+
 # --------------------------------------------------------------------------- q3 class token
 
 Q3_CASES = [
@@ -203,7 +215,9 @@ def _tokens_references(*kinds):
     return make
 
 
-def _q3(cls_mode):
+def _q3(cls_mode, positions=None):
+    """A wrong class token; ``positions`` (None, "sinusoidal", "learned") as the final
+    version of the class adds them after the class token."""
     def build(parts):
         class PatchEmbedding(nn.Module):
             def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
@@ -211,30 +225,48 @@ def _q3(cls_mode):
                 self.projection = nn.Sequential(Rearrange(PATCH, s1=patch_size, s2=patch_size),
                                                 nn.Linear(patch_size * patch_size * in_channels, emb_size))
                 self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size))
+                num_tokens = (img_size // patch_size) ** 2 + 1
+                if positions == "learned":
+                    self.learnable_positions = nn.Parameter(torch.randn(num_tokens, emb_size))
+                elif positions == "sinusoidal":
+                    table = torch.as_tensor(parts.getPositionEncoding(num_tokens, emb_size)).float()
+                    self.register_buffer("sinusoids_positions", table)
 
             def forward(self, x):
                 b = x.shape[0]
                 x = self.projection(x)
                 if cls_mode == "not_repeated":
-                    return torch.cat([self.cls_token, x], dim=1)
-                cls_tokens = repeat(self.cls_token, "() n e -> b n e", b=b)
-                if cls_mode == "at_end":
-                    return torch.cat([x, cls_tokens], dim=1)
-                if cls_mode == "added":
-                    return x + cls_tokens
-                raise ValueError(cls_mode)
+                    x = torch.cat([self.cls_token, x], dim=1)
+                else:
+                    cls_tokens = repeat(self.cls_token, "() n e -> b n e", b=b)
+                    if cls_mode == "at_end":
+                        x = torch.cat([x, cls_tokens], dim=1)
+                    elif cls_mode == "added":
+                        x = x + cls_tokens
+                    else:
+                        raise ValueError(cls_mode)
+                if positions == "learned":
+                    x = x + self.learnable_positions[:x.shape[1]]
+                elif positions == "sinusoidal":
+                    x = x + self.sinusoids_positions[:x.shape[1]]
+                return x
         return PatchEmbedding
     return build
 
 
+def _q3_mistake(key, title, hint, cls_mode):
+    return Mistake(key, title, hint, _q3(cls_mode), ("getPositionEncoding",),
+                   also=(_q3(cls_mode, "sinusoidal"), _q3(cls_mode, "learned")))
+
+
 Q3_MISTAKES = [
-    Mistake("cls_not_repeated", "class token not repeated over the batch",
-            "repeat(self.cls_token, '() n e -> b n e', b=b) gives one class token per image; without it "
-            "torch.cat fails for batches larger than 1.", _q3("not_repeated")),
-    Mistake("cls_at_end", "class token appended after the patches",
-            "The class token is token 0: torch.cat([cls_tokens, x], dim=1).", _q3("at_end")),
-    Mistake("cls_added", "class token added to every patch instead of prepended",
-            "Concatenate it as an extra token (N + 1 tokens), do not add it.", _q3("added")),
+    _q3_mistake("cls_not_repeated", "class token not repeated over the batch",
+                "repeat(self.cls_token, '() n e -> b n e', b=b) gives one class token per image; without it "
+                "torch.cat fails for batches larger than 1.", "not_repeated"),
+    _q3_mistake("cls_at_end", "class token appended after the patches",
+                "The class token is token 0: torch.cat([cls_tokens, x], dim=1).", "at_end"),
+    _q3_mistake("cls_added", "class token added to every patch instead of prepended",
+                "Concatenate it as an extra token (N + 1 tokens), do not add it.", "added"),
 ]
 
 register(Question(
@@ -242,7 +274,7 @@ register(Question(
     answer_name="PatchEmbedding", kind="class",
     signature="PatchEmbedding(in_channels, patch_size, emb_size[, img_size]); forward(images) -> (B, N+1, E)",
     cases=Q3_CASES, run_case=_run_q3, references=_tokens_references(None, "sinusoidal", "learned"),
-    catalogue=Q3_MISTAKES, outputs={"tokens": "(B, N+1, emb_size)"},
+    catalogue=Q3_MISTAKES, outputs={"tokens": "(B, N+1, emb_size)"}, reference_parts=parts(getPositionEncoding=_pe_part),
     skeleton='''def forward(self, x: Tensor) -> Tensor:
     x = self.projection(x)
     # Q3. Fill in the blank in the repeat function.
@@ -320,18 +352,6 @@ Q4_MISTAKES = [
             "With the class token there are N + 1 tokens: seq_len = (img_size // patch_size) ** 2 + 1.",
             _q4("num_patches"), ("getPositionEncoding",)),
 ]
-
-
-def _pe_part():
-    import numpy as np
-
-    def getPositionEncoding(seq_len, d, n=10000):
-        if d % 2:
-            # vitref refuses odd widths; only the catalogue's swapped-arguments answer asks for
-            # one, and there only the table's shape matters (adding it fails).
-            return np.zeros((seq_len, d))
-        return vitref().sinusoidal_encoding(seq_len, d, n).double().numpy()
-    return getPositionEncoding
 
 
 register(Question(
