@@ -353,7 +353,7 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
         details = [h.where for h in static_hits if getattr(h, "where", None)]
         text = "; ".join(f"your {question.answer_name} {describe_shortcut(key)}" for key in hits)
         if details:
-            text += f" (found at {details[0]})"
+            text += f" (found: {details[0]})"
         return fail("Not accepted: " + text + ".", mistake="shortcut")
     cases = data.get("cases") or []
     if len(cases) != len(question.cases):

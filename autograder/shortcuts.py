@@ -507,7 +507,8 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
     hits: list[Hit] = []
     forbidden = _forbidden_objects(keys)
     if _is_vitref(answer):
-        return [Hit("vitref", f"{answer_name} itself comes from vitref")]
+        return [Hit("vitref", f"{answer_name} is {getattr(answer, '__module__', 'vitref')}."
+                              f"{getattr(answer, '__qualname__', answer_name)} itself")]
     seen: set[int] = set()
 
     def visit(func, level):
@@ -539,13 +540,15 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
                 continue
             value = scope[name]
             if _is_vitref(value):
-                hits.append(Hit("vitref", f"the name {name} refers to {getattr(value, '__name__', value)!s} "
-                                          f"from vitref"))
+                what = (f"the module {value.__name__}" if isinstance(value, types.ModuleType)
+                        else f"{getattr(value, '__module__', 'vitref')}.{getattr(value, '__qualname__', name)}")
+                hits.append(Hit("vitref", f"the name {name} in {func.__qualname__} is {what}"))
             elif _is_checker(value):
-                hits.append(Hit("autograder", f"the name {name}"))
+                hits.append(Hit("autograder", f"the name {name} in {func.__qualname__}"))
             elif id(value) in forbidden or id(getattr(value, "__func__", value)) in forbidden:
                 key = forbidden.get(id(value), forbidden.get(id(getattr(value, "__func__", value))))
-                hits.append(Hit(key, f"the name {name} is {getattr(value, '__qualname__', name)}"))
+                hits.append(Hit(key, f"the name {name} in {func.__qualname__} is "
+                                     f"{getattr(value, '__module__', None) or 'torch'}.{getattr(value, '__name__', name)}"))
             elif level < depth:
                 module = getattr(value, "__module__", "") or ""
                 if isinstance(module, str) and module.split(".")[0] in ("torch", "numpy", "einops", "builtins"):
