@@ -329,7 +329,10 @@ def _error_text(error: dict, question: Question) -> str:
     if kind == "ForbiddenCall":
         return f"your code called a forbidden function: {error['message']}"
     where = f" ({error['where']})" if error.get("where") else ""
-    return f"your code raised {kind}: {error.get('message', '')}{where}"
+    message = error.get("message", "")
+    if kind == "NotImplementedError" and not message:
+        return f"this answer is not written yet: it still raises NotImplementedError{where}"
+    return f"your code raised {kind}" + (f": {message}" if message else "") + where
 
 
 def judge(question: Question, data: dict, static_hits=(), verify: bool = True) -> Result:
