@@ -225,7 +225,7 @@ def _short(text: str) -> str:
     return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
 
 
-def grade_task(task: Task, zygote, limits) -> dict:
+def grade_task(task: Task, zygote, limits, salt: int = 0) -> dict:
     """Grade one submission (in a worker process): sandboxed run, then judge every question."""
     import autograder
     from autograder import sandboxed
@@ -266,7 +266,7 @@ def grade_task(task: Task, zygote, limits) -> dict:
         return finish([_zero(q, reason) for q in qs], reason)
 
     outcome = sandboxed.run_submission(zygote, raw, task.qids, limits,
-                                       name=os.path.basename(task.notebook))
+                                       name=os.path.basename(task.notebook), salt=salt)
     result["status"] = outcome.status
     result["run_seconds"] = round(outcome.seconds, 3)
     rows = []
@@ -321,6 +321,9 @@ def _worker(slot: int, conn, options: dict) -> None:
     except Exception:  # noqa: BLE001 - run() restarts it on the first task and reports there
         zygote.close_process()
     _cap_memory(JUDGE_MEMORY_MB)
+    from autograder.sandboxed import set_input_salt
+    salt = int(options.get("salt", 0))
+    set_input_salt(salt)   # the same secret inputs as the probes (one salt per run and job)
     try:
         conn.send(("ready", slot, None))
         while True:
@@ -332,7 +335,7 @@ def _worker(slot: int, conn, options: dict) -> None:
                 break
             task = Task(**item)
             try:
-                result = grade_task(task, zygote, limits)
+                result = grade_task(task, zygote, limits, salt)
             except Exception as error:  # noqa: BLE001
                 import traceback
                 traceback.print_exc()
@@ -601,6 +604,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--student", action="append", default=[],
                         help="grade only this student (repeatable)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--public-inputs", action="store_true",
+                        help="probe with the checks' public inputs (as check() does) instead of "
+                             "inputs drawn for this run")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -639,8 +645,9 @@ def run(args: argparse.Namespace) -> int:
     course_root = source_dir.parent if source_dir else None
     hide = [str(root)] + ([str(course_root)] if course_root else []) + \
         ([str(source_dir)] if source_dir else [])
+    import secrets
     options = {"limits": asdict(limits), "preload": _preload(source_dir, sorted(questions)),
-               "hide": hide}
+               "hide": hide, "salt": 0 if args.public_inputs else secrets.randbits(63)}
     print(f"grading {len(todo)} submission(s) of {len({t.student for t in tasks_shown})} student(s) "
           f"({len(tasks_shown) - len(todo)} unchanged, skipped) with {jobs} job(s); "
           f"sandbox: {sandbox_mode}; limits: {limits.timeout:g} s, {limits.memory_mb} MB",

@@ -60,6 +60,24 @@ def frames(data: bytes) -> list[tuple[dict, bytes]]:
     return out
 
 
+# ------------------------------------------------------------- input salt
+
+def set_input_salt(salt: int) -> None:
+    """Mix a secret number into every input the probes and judges build
+    (:mod:`autograder.inputs`): the batch grader draws one per run and uses it on both
+    sides, so the test inputs of a grading run cannot be known in advance (answers that
+    look up precomputed outputs for the public inputs fail). 0 restores the public inputs."""
+    from autograder import inputs
+    base = getattr(inputs, "_unsalted_rng", None) or getattr(inputs, "_rng", None)
+    if base is None:
+        raise RuntimeError("autograder.inputs has no _rng(): the input salt cannot be applied")
+    inputs._unsalted_rng = base
+    if salt:
+        inputs._rng = lambda *seed: base(int(salt), *seed)
+    else:
+        inputs._rng = base
+
+
 # ------------------------------------------------------- inside the sandbox
 
 class _Timeout(BaseException):
@@ -130,6 +148,7 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, _on_alarm)   # in case a cell replaced the handler
     emit(frame({"event": "cells", "count": len(cells), "errors": errors[:20]}))
+    set_input_salt(int(options.get("salt", 0)))
 
     for qid, question in questions.items():
         name = question.answer_name
@@ -220,7 +239,7 @@ def _read_result(header: dict, blob: bytes):
     return data
 
 
-def run_submission(zygote, raw: bytes, qids: list[str], limits, name: str) -> Outcome:
+def run_submission(zygote, raw: bytes, qids: list[str], limits, name: str, salt: int = 0) -> Outcome:
     """Run a notebook in the sandbox (again without the culprit if its process dies)."""
     outcome = Outcome()
     skip: list[int] = []
@@ -229,7 +248,7 @@ def run_submission(zygote, raw: bytes, qids: list[str], limits, name: str) -> Ou
     notes: list[str] = []
     for attempt in range(MAX_ATTEMPTS):
         outcome.attempts = attempt + 1
-        options = {"timeout": limits.timeout, "skip_cells": skip,
+        options = {"timeout": limits.timeout, "skip_cells": skip, "salt": salt,
                    "cell_timeout": max(5.0, limits.timeout / 3),
                    "probe_timeout": max(5.0, limits.timeout / 4)}
         run = zygote.run(raw, todo, limits, name=name, options=options)

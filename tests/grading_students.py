@@ -117,3 +117,39 @@ class AttentionHead(nn.Module):
         q, k, v = self.query(x), self.key(x), self.value(x)
         return scaled_dot_product_attention(q, k, v, mask)
 '''
+
+
+def lookup_softmax_source() -> str:
+    """A softmax that computes nothing: it returns outputs precomputed for the checks'
+    public inputs (recorded here from a correct softmax), looked up by a hash of the input. It passes ``check()``
+    with the public inputs; a grading run draws its own inputs, where it must fail."""
+    import base64
+    import hashlib
+    import io
+
+    import numpy as np
+    import torch
+
+    import autograder
+
+    table = {}
+
+    def recorder(x, dim=-1):
+        e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+        out = e / e.sum(dim=dim, keepdim=True)
+        key = hashlib.sha256(x.detach().numpy().tobytes() + repr((tuple(x.shape), dim)).encode()).hexdigest()
+        table[key] = out.detach().numpy()
+        return out
+
+    assert autograder.check("softmax", recorder).passed
+    buf = io.BytesIO()
+    np.savez(buf, **{f"k{key}": value for key, value in table.items()})
+    blob = base64.b64encode(buf.getvalue()).decode()
+    return f'''
+import base64, hashlib, io
+_TABLE = dict(np.load(io.BytesIO(base64.b64decode("{blob}"))))
+
+def softmax(x, dim=-1):
+    key = hashlib.sha256(x.detach().numpy().tobytes() + repr((tuple(x.shape), dim)).encode()).hexdigest()
+    return torch.from_numpy(_TABLE.get("k" + key, np.zeros(tuple(x.shape), dtype=np.float32)))
+'''

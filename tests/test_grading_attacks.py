@@ -207,6 +207,11 @@ for rel in ["grades.csv", "gradebook.db", ".autograder/results/vandal/{A}.json",
     S.write(nb, root, "edited_tests", A)
     expect["edited_tests"] = only("softmax")
 
+    # softmax answered from a table of outputs precomputed for the checks' public inputs
+    nb = S.replace_definition(sol(), "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
+    S.write(S.replace_definition(nb, "softmax", S.lookup_softmax_source()), root, "lookup_table", A)
+    expect["lookup_table"] = only("softmax")
+
     # answers taken from the reference package (in place of the answer cells, or at the end)
     nb = S.load(A, "exercises")
     nb = S.replace_definition(nb, "softmax", "from vitref import softmax")
@@ -252,7 +257,7 @@ def test_every_row_present(batch):
     "honest1", "honest_no_tests", "blank", "crash", "hang_answer", "hang_hard", "hang_cell",
     "exit_cell", "exit_answer", "sysexit", "kill_all", "patch_compare", "lying_tensor",
     "read_solutions", "read_solutions_late", "vandal", "memory_bomb", "fork_bomb",
-    "invalid_json", "edited_tests", "vitref_import", "vitref_late"])
+    "invalid_json", "edited_tests", "vitref_import", "vitref_late", "lookup_table"])
 def test_scores(batch, student):
     root, expect, log = batch
     rows = S.read_csv(root)
@@ -325,3 +330,15 @@ def test_feedback_files(batch):
     assert page.count(">passed<") == 3
     # hidden test inputs of the notebook's test cells never appear in feedback
     assert "1e4" not in page and "perm" not in page
+
+
+def test_lookup_table_passes_with_public_inputs():
+    """The lookup-table answer is a real threat: with the checks' public inputs (what
+    check() uses) it passes; the batch above, with inputs drawn for the run, rejects it."""
+    import numpy as np
+    import torch
+
+    import autograder
+    namespace = {"torch": torch, "np": np}
+    exec(S.lookup_softmax_source(), namespace)  # noqa: S102
+    assert autograder.check("softmax", namespace["softmax"]).passed
