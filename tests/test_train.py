@@ -1,0 +1,146 @@
+"""vitref.train: schedule, determinism, outputs, the command line's contract, the thread tuner."""
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+import torch
+
+import vitref
+from vitref import train as vtrain
+
+TINY = dict(dim=16, depth=1, heads=2, mlp_dim=32, batch_size=64, progress=False)
+
+
+@pytest.fixture(autouse=True)
+def fast(monkeypatch):
+    monkeypatch.setenv("VITREF_FAST", "1")      # 2,048 training and 1,000 test images
+
+
+def test_schedule_warms_up_then_decays_to_min_lr():
+    config = vtrain.TrainConfig(lr=1e-3, warmup=0.1, min_lr=1e-5)
+    assert vtrain.lr_at(0.0, config) == 0.0
+    assert vtrain.lr_at(0.05, config) == pytest.approx(5e-4)
+    assert vtrain.lr_at(0.1, config) == pytest.approx(1e-3)
+    assert vtrain.lr_at(0.55, config) == pytest.approx(1e-5 + (1e-3 - 1e-5) / 2)
+    assert vtrain.lr_at(1.0, config) == pytest.approx(1e-5)
+    values = [vtrain.lr_at(p / 100, config) for p in range(10, 101)]
+    assert all(a >= b for a, b in zip(values, values[1:]))
+
+
+def test_same_seed_same_run_different_seed_different_run(tmp_path):
+    runs = [vtrain.train(steps=4, seed=seed, out=None, threads=1, **TINY) for seed in (3, 3, 4)]
+    (m1, h1), (m2, h2), (m3, h3) = runs
+    assert h1["steps"] == 4 and h1["epochs"][0]["train_loss"] == h2["epochs"][0]["train_loss"]
+    assert all(torch.equal(a, b) for a, b in zip(m1.state_dict().values(), m2.state_dict().values()))
+    assert h1["test_accuracy"] == h2["test_accuracy"]
+    assert h3["epochs"][0]["train_loss"] != h1["epochs"][0]["train_loss"]
+
+
+def test_training_learns_and_writes_history_and_checkpoint(tmp_path):
+    model, history = vtrain.train(epochs=3, seed=0, out=str(tmp_path), name="run", threads=1,
+                                  tta="flip", lr=3e-3, **dict(TINY, dim=32, mlp_dim=64, batch_size=32))
+    assert isinstance(model, vitref.ViT)
+    run_dir = tmp_path / "run"
+    saved = json.loads((run_dir / "history.json").read_text())
+    assert saved["steps"] == history["steps"] == 3 * (2048 // 32)
+    assert [e["epoch"] for e in saved["epochs"]] == [1, 2, 3]
+    assert saved["config"]["dim"] == 32 and saved["num_parameters"] == vitref.count_parameters(model)
+    assert saved["epochs"][1]["train_loss"] < saved["epochs"][0]["train_loss"]
+    assert saved["test_accuracy"] > 0.3              # far above chance (0.1 on 1,000 test images)
+    assert 0 <= saved["test_accuracy_plain"] <= 1 and saved["seconds"] > 0
+    reloaded = vtrain.load_checkpoint(run_dir / "model.pt")
+    x = torch.randn(3, 1, 28, 28)
+    assert torch.equal(reloaded(x), model.eval()(x))
+
+
+def test_a_budget_is_required():
+    with pytest.raises(ValueError, match="budget"):
+        vtrain.train(out=None, **TINY)
+
+
+def test_sincos_positions_encode_row_and_column():
+    model = vitref.ViT(28, 7, 1, 10, 16, 1, 2, 32)
+    vtrain.init_sincos_positions(model)
+    table = vitref.sinusoidal_encoding(4, 8)                          # 4 x 4 grid, D/2 = 8
+    pos = model.pos_embed[0].detach()                                 # (17, 16)
+    assert torch.equal(pos[0], torch.zeros(16))
+    patch = 1 + 2 * 4 + 3                                             # row 2, column 3
+    assert torch.allclose(pos[patch], torch.cat([table[2], table[3]]))
+    assert model.pos_embed.requires_grad
+
+
+def test_shift_moves_pixels_and_repeats_the_edge():
+    x = torch.arange(9.0).view(1, 1, 3, 3)
+    down = vtrain._shift(x, 1, 0)
+    assert torch.equal(down[0, 0, 1:], x[0, 0, :2]) and torch.equal(down[0, 0, 0], x[0, 0, 0])
+    left = vtrain._shift(x, 0, -1)
+    assert torch.equal(left[0, 0, :, :2], x[0, 0, :, 1:])
+
+
+def test_test_time_augmentation_averages_views():
+    class Constant(torch.nn.Module):
+        """Predicts class 1 for upright images, class 0 for mirror images (a left-right asymmetric pixel)."""
+
+        def forward(self, x):
+            right = x[..., -1].mean(dim=(1, 2))
+            left = x[..., 0].mean(dim=(1, 2))
+            return torch.stack([left - right, right - left], dim=1)
+
+    images = torch.zeros(10, 1, 4, 4, dtype=torch.uint8)
+    images[..., -1] = 255                                             # bright right column
+    labels = torch.ones(10, dtype=torch.long)
+    info = dict(mean=(0.0,), std=(1.0,))
+    plain = vtrain.evaluate(Constant(), images, labels, info, tta="none")
+    assert plain["accuracy"] == 1.0
+    both = vtrain.evaluate(Constant(), images, labels, info, tta="flip")
+    assert both["accuracy_plain"] == 1.0
+    assert both["loss"] == pytest.approx(math.log(2))                  # the two views cancel out
+    with pytest.raises(ValueError, match="tta"):
+        vtrain.evaluate(Constant(), images, labels, info, tta="mirror")
+
+
+def test_thread_tuner_keeps_the_faster_option():
+    tuner = vtrain.ThreadTuner([2, 1], interval=10.0, steps_per_option=2)
+    try:
+        now = 0.0
+        timings = {2: 0.5, 1: 0.1}                                    # a busy machine: one thread wins
+
+        def run(steps, start_step):
+            nonlocal now
+            for step in range(start_step, start_step + steps):
+                tuner.before_step(now)
+                threads = torch.get_num_threads()
+                now += timings[threads]
+                tuner.after_step(timings[threads], now, step)
+
+        run(4, 1)                                                     # 2 steps with 2 threads, 2 with 1
+        assert tuner.best == 1 and torch.get_num_threads() == 1
+        assert tuner.choices[-1]["ms_per_step"] == {2: 500.0, 1: 100.0}
+        tuner.before_step(now + 1.0)                                  # before the next check: no probing
+        assert torch.get_num_threads() == 1 and not tuner.plan
+        now += 100.0
+        run(3, 5)                 # the check starts with the best; 2 threads, 5x slower, is dropped after 1 step
+        assert not tuner.plan and tuner.best == 1 and tuner.interval == 20.0
+        assert tuner.choices[-1]["ms_per_step"] == {1: 100.0, 2: 500.0}
+    finally:
+        torch.set_num_threads(vtrain.available_cores())
+
+
+def test_command_line_contract(tmp_path):
+    env = dict(os.environ, VITREF_FAST="1")
+    command = [sys.executable, "-m", "vitref.train", "--dataset", "fashion-mnist", "--minutes", "0.25",
+               "--dim", "16", "--depth", "1", "--heads", "2", "--mlp-dim", "32", "--batch-size", "64",
+               "--tta", "flip", "--out", str(tmp_path), "--name", "cli", "--no-progress"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1]
+    match = re.fullmatch(r"test_accuracy=(0\.\d{4}|1\.0000) wall_seconds=(\d+)", last)
+    assert match, last
+    history = json.loads((tmp_path / "cli" / "history.json").read_text())
+    assert f"{history['test_accuracy']:.4f}" == match.group(1)
+    assert history["steps"] > 0 and history["config"]["minutes"] == 0.25
+    assert int(match.group(2)) <= 0.25 * 60 + 15                     # the budget covers the whole command
