@@ -18,6 +18,8 @@ Results:
   assignments, the grade cells of the source notebooks, one auto score per grade cell), so
   formgrader and ``nbgrader export`` work on it;
 * ``ROOT/feedback/<student>/<assignment>/feedback.html`` (and ``.md``);
+* ``ROOT/autograded/<student>/<assignment>/<notebook>.ipynb``: the graded notebook as
+  submitted, where formgrader looks for it;
 * ``ROOT/.autograder/results/<student>/<assignment>.json``: one file per graded
   submission, written atomically as soon as it is graded. A second run skips submissions
   whose notebook (and the autograder) did not change, so an interrupted batch resumes where
@@ -32,6 +34,7 @@ import json
 import multiprocessing
 import os
 import re
+import shutil
 import signal
 import sys
 import time
@@ -483,6 +486,21 @@ def write_csv(root: Path, results: list[dict]) -> Path:
     return path
 
 
+def copy_for_formgrader(root: Path, task: Task, source: Source | None) -> None:
+    """ROOT/autograded/<student>/<assignment>/<notebook>.ipynb: the graded notebook as
+    submitted (not executed), where formgrader looks for it."""
+    if task.notebook is None or source is None:
+        return
+    target = root / "autograded" / task.student / task.assignment / f"{source.notebook}.ipynb"
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        shutil.copyfile(task.notebook, tmp)
+        os.replace(tmp, target)
+    except OSError:
+        pass
+
+
 def course_id(root: Path, source_dir: Path | None) -> str:
     """course_id of ROOT/nbgrader_config.py, else of the course's, else nbgrader's default."""
     for folder in (root, source_dir.parent if source_dir else None):
@@ -497,7 +515,8 @@ def course_id(root: Path, source_dir: Path | None) -> str:
 
 def write_gradebook(root: Path, cid: str, sources: dict[str, Source], results: list[dict]) -> Path:
     """Record every result in ROOT/gradebook.db with nbgrader's API."""
-    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.api import (Comment, Grade, Gradebook, Student, SubmittedAssignment,
+                              SubmittedNotebook)
 
     # nbgrader's gradebook may call the `alembic` executable: make the venv's bin/ findable
     bindir = str(Path(sys.executable).parent)
@@ -522,31 +541,58 @@ def write_gradebook(root: Path, cid: str, sources: dict[str, Source], results: l
                 gb.update_or_create_source_cell(cell["name"], src.notebook, assignment,
                                                 cell_type=cell["cell_type"], locked=cell["locked"],
                                                 source=cell["source"])
+        # The submissions: nbgrader's own models, built as Gradebook.add_submission builds
+        # them (a SubmittedNotebook per notebook, a Grade per grade cell, a Comment per
+        # solution cell), in one transaction: add_submission commits once per call, which
+        # takes about a minute for 800 submissions.
+        known_students = {st.id for st in gb.students}
+        for student in sorted({r["student"] for r in results if r["assignment"] in sources}):
+            if student not in known_students:
+                gb.db.add(Student(id=student))
+        gb.db.flush()
+        students = {st.id: st for st in gb.students}
+        assignments = {a.name: a for a in gb.assignments}
+        existing = {(sub.assignment.name, sub.student.id): sub
+                    for sub in gb.db.query(SubmittedAssignment).all()}
         for r in results:
             if r["assignment"] not in sources:
                 continue
             src = sources[r["assignment"]]
-            gb.update_or_create_student(r["student"])
-            try:
-                gb.find_submission(r["assignment"], r["student"])
-            except MissingEntry:
-                gb.add_submission(r["assignment"], r["student"])
+            sub = existing.get((r["assignment"], r["student"]))
+            if sub is None:
+                sub = SubmittedAssignment(assignment=assignments[r["assignment"]],
+                                          student=students[r["student"]])
+                for notebook in sub.assignment.notebooks:
+                    nb = SubmittedNotebook(notebook=notebook, assignment=sub)
+                    for grade_cell in notebook.grade_cells:
+                        Grade(cell_id=grade_cell.id, notebook=nb)
+                    for solution_cell in notebook.solution_cells:
+                        Comment(cell_id=solution_cell.id, notebook=nb)
+                    for task_cell in notebook.task_cells:
+                        Comment(cell_id=task_cell.id, notebook=nb)
+                        Grade(cell_id=task_cell.id, notebook=nb)
+                gb.db.add(sub)
+                existing[(r["assignment"], r["student"])] = sub
             scores = {q["id"]: q for q in r["questions"]}
-            for cell in src.grade_cells:
-                try:
-                    grade = gb.find_grade(cell.name, src.notebook, r["assignment"], r["student"])
-                except MissingEntry:
+            cells = {cell.name: cell for cell in src.grade_cells}
+            for nb in sub.notebooks:
+                if nb.notebook.name != src.notebook:
                     continue
-                qs = [scores[qid] for qid in cell.qids if qid in scores]
-                if qs:
-                    total = sum(q["max_score"] for q in qs)
-                    earned = sum(q["score"] for q in qs)
-                    grade.auto_score = cell.points * earned / total if total else 0.0
-                    grade.needs_manual_grade = False
-                else:
-                    grade.auto_score = 0.0 if r["questions"] else None
-                    grade.needs_manual_grade = not r["questions"]
-            gb.db.commit()
+                names = {gc.id: gc.name for gc in nb.notebook.grade_cells}
+                for grade in nb.grades:
+                    cell = cells.get(names.get(grade.cell_id))
+                    if cell is None:
+                        continue
+                    qs = [scores[qid] for qid in cell.qids if qid in scores]
+                    if qs:
+                        total = sum(q["max_score"] for q in qs)
+                        earned = sum(q["score"] for q in qs)
+                        grade.auto_score = cell.points * earned / total if total else 0.0
+                        grade.needs_manual_grade = False
+                    elif r["questions"]:
+                        grade.auto_score = 0.0           # a test cell no question covers
+                        grade.needs_manual_grade = True
+        gb.db.commit()
     return path
 
 
@@ -585,6 +631,10 @@ def _preload(sources_dir: Path | None, assignments: list[str]) -> list[str]:
                         if name not in mods:
                             mods.append(name)
     return mods
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -638,7 +688,7 @@ def run(args: argparse.Namespace) -> int:
         elif selected(task):
             todo.append(task)
     tasks_shown = [t for t in tasks if selected(t)]
-    jobs = args.jobs or len(os.sched_getaffinity(0))
+    jobs = args.jobs or _cores()
     jobs = max(1, min(jobs, len(todo) or 1))
     limits = Limits(timeout=args.timeout, memory_mb=args.memory)
     sandbox_mode = mode()
@@ -661,10 +711,15 @@ def run(args: argparse.Namespace) -> int:
         from tqdm import tqdm
         bar = tqdm(total=len(todo), unit="nb", dynamic_ncols=True, file=sys.stderr)
 
+    by_key = {(t.student, t.assignment): t for t in todo}
+
     def on_result(result: dict) -> None:
         results[(result["student"], result["assignment"])] = result
         save_state(root, result)
         feedback.write(root, result)
+        task = by_key.get((result["student"], result["assignment"]))
+        if task is not None:
+            copy_for_formgrader(root, task, sources.get(task.assignment))
         if bar is not None:
             bar.set_postfix_str(f"{result['student']}/{result['assignment']} "
                                 f"{result.get('score', 0):g}/{result.get('max_score', 0):g}")

@@ -83,6 +83,8 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int,
 
 
 def _prctl(option: int, arg: int) -> None:
+    if not hasattr(_libc, "prctl"):      # not Linux (mode 'limits' only): nothing to set
+        return
     _check(_libc.prctl(ctypes.c_int(option), ctypes.c_ulong(arg), ctypes.c_ulong(0),
                        ctypes.c_ulong(0), ctypes.c_ulong(0)), f"prctl {option}")
 

@@ -125,6 +125,10 @@ def build_class(root: Path, students: int, assignments: list[str], seed: int = 0
     return kinds
 
 
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def load_1min() -> float:
     return os.getloadavg()[0]
 
@@ -154,7 +158,7 @@ def main(argv=None) -> int:
     try:
         kinds = build_class(root, args.students, assignments)
         n = len(kinds)
-        cores = len(os.sched_getaffinity(0))
+        cores = _cores()
         print(f"class: {args.students} students x {len(assignments)} assignments = {n} notebooks "
               f"({sum(k == 'honest' for k in kinds.values())} honest, "
               f"{sum(k == 'blank' for k in kinds.values())} blank, "

@@ -66,6 +66,9 @@ def test_batch_odd_folders_rerun_changes_and_force(tmp_path):
     assert two["notebook"] == f"{A}.ipynb" and "several notebooks" in two["reason"]
     page = (root / "feedback" / "xss" / A / "feedback.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;" in page
+    # formgrader finds the graded notebook under the source notebook's name
+    assert (root / "autograded" / "renamed" / A / f"{A}.ipynb").read_bytes() == \
+        (root / "submitted" / "renamed" / A / "my work.ipynb").read_bytes()
 
     state = root / ".autograder" / "results" / "ann" / f"{A}.json"
     stamp = state.stat().st_mtime_ns
