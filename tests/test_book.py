@@ -1,0 +1,292 @@
+"""The book: every chapter notebook runs top to bottom (nbval), and the built HTML works in a
+real browser (Debian's headless Chromium, driven over the DevTools protocol).
+
+Both parts run with ``VITREF_FAST=1``, which shrinks the chapters' training runs to seconds.
+The book is built into a temporary copy of the repository, so the execution cache of the real
+``make book`` (``_build/.jupyter_cache``) never receives these shortened runs.
+"""
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+BOOK = ROOT / "book"
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMIUM_FLAGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync", "--disable-quic", "--window-size=1280,900",
+]
+
+
+def toc_pages() -> list[str]:
+    """Document names listed in _toc.yml (root first), e.g. ['book/intro', 'book/01_tokens', ...]."""
+    text = (ROOT / "_toc.yml").read_text()
+    pages = re.findall(r"^\s*(?:root|-\s*file)\s*:\s*(\S+)\s*$", text, flags=re.M)
+    assert pages, "no pages found in _toc.yml"
+    return pages
+
+
+CHAPTERS = [p for p in toc_pages() if re.search(r"/\d\d_", p)]
+NOTEBOOKS = sorted(BOOK.glob("*.ipynb"))
+
+
+def fast_env() -> dict:
+    return dict(os.environ, VITREF_FAST="1")
+
+
+def test_every_toc_page_exists_and_every_notebook_is_listed():
+    pages = toc_pages()
+    for page in pages:
+        assert (ROOT / f"{page}.md").exists() or (ROOT / f"{page}.ipynb").exists(), f"{page} in _toc.yml has no file"
+    listed = {ROOT / f"{page}.ipynb" for page in pages}
+    unlisted = [nb.name for nb in NOTEBOOKS if nb not in listed]
+    assert not unlisted, f"notebooks in book/ missing from _toc.yml: {unlisted}"
+    assert len([p for p in pages if re.search(r"/\d\d_", p)]) == 8, f"expected 8 chapters, got {pages}"
+
+
+def test_notebooks_are_stored_without_outputs():
+    for path in NOTEBOOKS:
+        nb = json.loads(path.read_text())
+        for i, cell in enumerate(nb["cells"]):
+            if cell["cell_type"] == "code":
+                assert not cell.get("outputs") and cell.get("execution_count") is None, (
+                    f"{path.name} cell {i} has stored outputs; clear them (the build executes the notebooks)"
+                )
+
+
+# --------------------------------------------------------------------------- (a) nbval
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_under_nbval(notebook):
+    """Each chapter runs top to bottom in a fresh kernel (nbval, lax: outputs are not compared)."""
+    cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=600",
+           "-p", "no:cacheprovider", "-q", "--rootdir", str(BOOK), str(notebook)]
+    result = subprocess.run(cmd, cwd=BOOK, env=fast_env(), capture_output=True, text=True, timeout=900)
+    summary = result.stdout.strip().splitlines()[-1:] or [""]
+    assert result.returncode == 0, f"nbval failed on {notebook.name}:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"
+    assert re.search(r"\b\d+ passed\b", summary[0]) and "failed" not in summary[0], summary[0]
+
+
+# --------------------------------------------------------------------------- (b) build + browser
+
+
+@pytest.fixture(scope="module")
+def built_book(tmp_path_factory):
+    """Build the book (VITREF_FAST=1) from a copy of the repository; return the html folder."""
+    copy = tmp_path_factory.mktemp("book-build")
+    ignore = shutil.ignore_patterns("__pycache__", ".ipynb_checkpoints", "_build", "*.pyc")
+    for name in ("book", "vitref"):                      # chapters include vitref's source (literalinclude)
+        shutil.copytree(ROOT / name, copy / name, ignore=ignore)
+    for name in ("_config.yml", "_toc.yml"):
+        shutil.copy2(ROOT / name, copy / name)
+    jupyter_book = Path(sys.executable).with_name("jupyter-book")
+    result = subprocess.run([str(jupyter_book), "build", str(copy)], cwd=copy, env=fast_env(),
+                            capture_output=True, text=True, timeout=1200)
+    log = result.stdout + result.stderr
+    assert result.returncode == 0, f"jupyter-book build failed:\n{log[-6000:]}"
+    html = copy / "_build" / "html"
+    reports = sorted((html / "reports").glob("**/*.log")) if (html / "reports").exists() else []
+    assert not reports, "notebook execution failed during the build:\n" + "\n".join(
+        f"{r.name}:\n{r.read_text()[-3000:]}" for r in reports)
+    # Sphinx warnings point at broken references, unreadable images, failed executions...;
+    # the only accepted ones are myst-nb's notes that a cell wrote to stderr (hidden by config)
+    warnings = [line for line in log.splitlines() if ": WARNING:" in line and "[mystnb.stderr]" not in line]
+    assert not warnings, "warnings in the book build:\n" + "\n".join(warnings[:30])
+    # MathJax must come from the site itself, never from a CDN (the test machine is offline)
+    index = (html / "book" / "intro.html").read_text()
+    scripts = re.findall(r'<script[^>]*src="([^"]*mathjax[^"]*)"', index, flags=re.I)
+    assert scripts and all("://" not in s for s in scripts), f"MathJax not served locally: {scripts}"
+    return html
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def server(built_book):
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_QuietHandler, directory=built_book))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+class Browser:
+    """Minimal Chrome DevTools Protocol client: one page target, navigate and evaluate."""
+
+    def __init__(self, websocket_url: str):
+        import websocket  # websocket-client (a dependency of jupyter_server, installed with the book tools)
+
+        self.ws = websocket.create_connection(websocket_url, timeout=60, suppress_origin=True)
+        self.next_id = 0
+
+    def call(self, method: str, **params):
+        self.next_id += 1
+        self.ws.send(json.dumps({"id": self.next_id, "method": method, "params": params}))
+        while True:
+            message = json.loads(self.ws.recv())
+            if message.get("id") == self.next_id:
+                if "error" in message:
+                    raise RuntimeError(f"{method}: {message['error']}")
+                return message["result"]
+
+    def evaluate(self, expression: str):
+        result = self.call("Runtime.evaluate", expression=expression, returnByValue=True, awaitPromise=True)
+        if "exceptionDetails" in result:
+            raise RuntimeError(f"JavaScript error: {result['exceptionDetails']}")
+        return result["result"].get("value")
+
+    def open(self, url: str, timeout: float = 60.0):
+        self.call("Page.navigate", url=url)
+        deadline = time.time() + timeout
+        time.sleep(0.2)
+        while time.time() < deadline:
+            if self.evaluate("document.readyState") == "complete" and self.evaluate("location.href") == url:
+                return
+            time.sleep(0.1)
+        raise TimeoutError(f"{url} did not finish loading in {timeout} s")
+
+    def screenshot(self, path: Path):
+        import base64
+
+        data = self.call("Page.captureScreenshot", format="png", captureBeyondViewport=True)["data"]
+        path.write_bytes(base64.b64decode(data))
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    assert CHROMIUM.exists(), "Debian's chromium is not installed at /usr/bin/chromium (run `make setup`)"
+    profile = tmp_path_factory.mktemp("chromium-profile")
+    proc = subprocess.Popen([str(CHROMIUM), *CHROMIUM_FLAGS, f"--user-data-dir={profile}",
+                             "--remote-debugging-port=0", "about:blank"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        port_file = profile / "DevToolsActivePort"
+        deadline = time.time() + 60
+        while not port_file.exists() or not port_file.read_text().strip():
+            assert proc.poll() is None, f"chromium exited: {proc.stderr.read().decode()[-2000:]}"
+            assert time.time() < deadline, "chromium did not open its DevTools port"
+            time.sleep(0.1)
+        port = port_file.read_text().split()[0]
+        targets = json.load(urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=30))
+        page = next(t for t in targets if t["type"] == "page")
+        client = Browser(page["webSocketDebuggerUrl"])
+        yield client
+        try:
+            client.call("Browser.close")
+        except Exception:
+            pass
+        client.ws.close()
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+# Runs in the page after load: waits for MathJax and for every image, then reports what it found.
+PAGE_REPORT_JS = r"""
+(async () => {
+  if (window.MathJax && MathJax.startup && MathJax.startup.promise) { await MathJax.startup.promise; }
+  const images = [...document.images];
+  images.forEach(img => { img.loading = 'eager'; });
+  await Promise.all(images.map(img => img.complete ? null :
+      new Promise(done => { img.addEventListener('load', done); img.addEventListener('error', done); })));
+  // raw TeX left in visible text: outside code, scripts and rendered math
+  const walker = document.createTreeWalker(document.querySelector('main') || document.body, NodeFilter.SHOW_TEXT);
+  const rawMath = [];
+  for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+    if (node.parentElement.closest('pre, code, script, style, mjx-container, textarea, .highlight')) continue;
+    const text = node.textContent;
+    if (/\$\$|\\\(|\\\[|\\begin\{|\$[^$\s][^$]*\$/.test(text)) rawMath.push(text.trim().slice(0, 120));
+  }
+  return {
+    title: document.title,
+    mathjax: !!(window.MathJax && MathJax.startup),
+    mjx: document.querySelectorAll('mjx-container').length,
+    mathSource: document.querySelectorAll('.math, span.math, div.math').length,
+    rawMath: rawMath,
+    images: images.map(img => ({src: img.currentSrc || img.src, ok: img.complete && img.naturalWidth > 0,
+                                output: !!img.closest('.cell_output')})),
+    links: [...document.querySelectorAll('a[href]')].map(a => a.href),
+    ids: [...document.querySelectorAll('[id]')].map(e => e.id),
+    traceback: document.body.innerText.includes('Traceback (most recent call last)'),
+  };
+})()
+"""
+
+
+def test_book_pages_in_chromium(built_book, server, browser, tmp_path):
+    html = built_book
+    pages = toc_pages()
+    reports, problems = {}, []
+    for page in pages:
+        url = f"{server}/{page}.html"
+        browser.open(url)
+        report = browser.evaluate(PAGE_REPORT_JS)
+        reports[page] = report
+        where = page.split("/")[-1]
+        if report["traceback"]:
+            problems.append(f"{where}: a Python traceback is shown on the page")
+        if report["mathSource"]:
+            if not report["mathjax"]:
+                problems.append(f"{where}: has formulas but MathJax did not load")
+            elif report["mjx"] == 0:
+                problems.append(f"{where}: MathJax rendered no formula")
+        if report["rawMath"]:
+            problems.append(f"{where}: raw TeX left in the text: {report['rawMath'][:3]}")
+        broken = [img["src"] for img in report["images"] if not img["ok"]]
+        if broken:
+            problems.append(f"{where}: images that did not load: {broken}")
+        if page in CHAPTERS:
+            figures = sum(img["output"] for img in report["images"])
+            if figures < 2:
+                problems.append(f"{where}: {figures} figure(s) produced by code, expected at least 2")
+    # internal links: the target file exists and, for #anchors, the anchor exists on that page
+    ids_by_path: dict[str, set] = {}
+    for page, report in reports.items():
+        ids_by_path[f"/{page}.html"] = set(report["ids"])
+    checked = 0
+    for page, report in reports.items():
+        for href in report["links"]:
+            parsed = urllib.parse.urlparse(href)
+            if f"{parsed.scheme}://{parsed.netloc}" != server:
+                continue
+            path = urllib.parse.unquote(parsed.path)
+            target = html / path.lstrip("/")
+            if target.is_dir():
+                target, path = target / "index.html", path.rstrip("/") + "/index.html"
+            checked += 1
+            if not target.is_file():
+                problems.append(f"{page}: broken link {href}")
+                continue
+            if parsed.fragment:
+                if path not in ids_by_path:
+                    text = target.read_text(errors="replace")
+                    ids_by_path[path] = set(re.findall(r'\bid="([^"]+)"', text))
+                if parsed.fragment not in ids_by_path[path]:
+                    problems.append(f"{page}: link to a missing anchor {href}")
+    browser.open(f"{server}/{CHAPTERS[-1]}.html")
+    browser.screenshot(tmp_path / "last-chapter.png")
+    assert checked > 20, f"only {checked} internal links found: is the navigation there?"
+    assert sum(r["mjx"] for r in reports.values()) > 50, "suspiciously few rendered formulas in the whole book"
+    assert not problems, "\n".join(problems)
