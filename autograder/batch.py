@@ -42,7 +42,7 @@ from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait as wait_any
 from pathlib import Path
 
-DEFAULT_TIMEOUT = 60.0
+DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_MB = 2048
 STATE = Path(".autograder") / "results"
 CSV_COLUMNS = ["student", "assignment", "question", "score", "max_score", "reason"]

@@ -249,8 +249,8 @@ def run_submission(zygote, raw: bytes, qids: list[str], limits, name: str, salt:
     for attempt in range(MAX_ATTEMPTS):
         outcome.attempts = attempt + 1
         options = {"timeout": limits.timeout, "skip_cells": skip, "salt": salt,
-                   "cell_timeout": max(5.0, limits.timeout / 3),
-                   "probe_timeout": max(5.0, limits.timeout / 4)}
+                   "cell_timeout": max(5.0, limits.timeout / 4),
+                   "probe_timeout": max(5.0, limits.timeout / 6)}
         run = zygote.run(raw, todo, limits, name=name, options=options)
         events = frames(run.data)
         done = False

@@ -140,7 +140,8 @@ def main(argv=None) -> int:
     parser.add_argument("--assignment", action="append", default=[],
                         help="only these assignments (default: every solutions/<a>/)")
     parser.add_argument("--jobs", type=int, default=0, help="grading jobs (default: all cores)")
-    parser.add_argument("--timeout", type=float, default=60.0)
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="per-submission limit passed to the command (default: its own)")
     parser.add_argument("--keep", help="build the class in this folder and keep it")
     args = parser.parse_args(argv)
 
@@ -164,8 +165,9 @@ def main(argv=None) -> int:
               f"{sum(k == 'blank' for k in kinds.values())} blank, "
               f"{sum(k == 'mistaken' for k in kinds.values())} mistaken); {cores} cores; "
               f"load before: {load_1min():.2f}", flush=True)
-        cmd = [sys.executable, "-m", "autograder", "grade", str(root), "--no-progress",
-               "--timeout", str(args.timeout)] + (["--jobs", str(args.jobs)] if args.jobs else [])
+        cmd = [sys.executable, "-m", "autograder", "grade", str(root), "--no-progress"]
+        cmd += ["--timeout", str(args.timeout)] if args.timeout else []
+        cmd += ["--jobs", str(args.jobs)] if args.jobs else []
         start = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
         wall = time.perf_counter() - start
