@@ -46,7 +46,7 @@ from torch import nn
 
 from .. import inputs as I
 from ..core import Case, Mistake, Question, register
-from ._common import build_flexible, first_if_tuple, parts, vitref
+from ._common import build_flexible, call_with_mask, first_if_tuple, parts, vitref
 
 # --------------------------------------------------------------------------- causal mask
 
@@ -119,6 +119,10 @@ CROSS_CASES = [
     Case("CrossAttention(emb_size=8, num_heads=4, context_dim=10), x (2, 5, 8), context (2, 3, 10)",
          {"E": 8, "h": 4, "ctx": 10, "x": (2, 5, 8), "c": (2, 3, 10), "seed": 193},
          {2: "B", 5: "T", 3: "S", 8: "E", 10: "context_dim"}),
+    Case("CrossAttention(emb_size=8, num_heads=2, context_dim=6), x (2, 3, 8), context (2, 5, 6), "
+         "context padding mask (2, 1, 1, 5)",
+         {"E": 8, "h": 2, "ctx": 6, "x": (2, 3, 8), "c": (2, 5, 6), "mask": (2, 1, 1, 5), "seed": 194},
+         {2: "B", 3: "T", 5: "S", 8: "E", 6: "context_dim"}),
 ]
 
 
@@ -131,12 +135,17 @@ def _run_cross(answer, case, rec):
     module = build_flexible(rec, answer, args, kwargs, heads=p["h"], head_width=p["E"])
     x = rec.tensor(I.randn(p["x"], p["seed"]))
     context = rec.tensor(I.randn(p["c"], p["seed"] + 1))
-    out = first_if_tuple(rec.call(module, x, context))
+    if "mask" in p:   # (B, 1, 1, S): hides padded context positions from every head and query
+        mask = rec.tensor(I.bernoulli_mask(p["mask"], p["seed"] + 2))
+        out = first_if_tuple(call_with_mask(rec, module, x, context, mask=mask, mask_name="mask"))
+    else:
+        out = first_if_tuple(rec.call(module, x, context))
     rec.check_new_params(module)
     rec.output("out", out)
 
 
-def _cross(queries="x", keys="context", scale="head", softmax_dim=-1, project=True, merge="b h t d -> b t (h d)"):
+def _cross(queries="x", keys="context", scale="head", softmax_dim=-1, project=True, merge="b h t d -> b t (h d)",
+           mask_mode="fill"):
     def build(parts):
         class CrossAttention(nn.Module):
             def __init__(self, emb_size, num_heads, context_dim=None):
@@ -155,7 +164,14 @@ def _cross(queries="x", keys="context", scale="head", softmax_dim=-1, project=Tr
                 scores = q @ k.transpose(-2, -1)
                 scaling = {"head": math.sqrt(self.emb_size // self.num_heads), "emb": math.sqrt(self.emb_size),
                            None: 1.0}[scale]
-                weights = torch.softmax(scores / scaling, dim=softmax_dim)
+                scores = scores / scaling
+                if mask is not None and mask_mode == "fill":
+                    scores = scores.masked_fill(mask == 0, float("-inf"))
+                elif mask is not None and mask_mode == "inverted":
+                    scores = scores.masked_fill(mask != 0, float("-inf"))
+                weights = torch.softmax(scores, dim=softmax_dim)
+                if mask is not None and mask_mode == "after":
+                    weights = weights * (mask != 0)
                 out = rearrange(weights @ v, merge)
                 out = self.projection(out) if project else out
                 return (out, weights) if return_attention else out
@@ -180,6 +196,15 @@ CROSS_MISTAKES = [
             "After merging the heads apply self.projection.", _cross(project=False)),
     Mistake("merge_d_h", "heads merged in the wrong order, (d h)",
             "Merge with 'b h t d -> b t (h d)'.", _cross(merge="b h t d -> b t (d h)")),
+    Mistake("mask_ignored", "the mask is ignored",
+            "Blocked context positions (mask 0/False) must get zero weight: scores.masked_fill(mask == 0, "
+            "float('-inf')) before the softmax.", _cross(mask_mode="ignored")),
+    Mistake("mask_inverted", "mask polarity inverted (True/1 treated as blocked)",
+            "In the course's convention 1/True means 'may attend' and 0/False means blocked: fill where "
+            "mask == 0.", _cross(mask_mode="inverted")),
+    Mistake("mask_after_softmax", "mask applied after the softmax",
+            "Zeroing weights after the softmax leaves rows that no longer sum to 1: mask the scores with -inf "
+            "before the softmax.", _cross(mask_mode="after")),
 ]
 
 register(Question(

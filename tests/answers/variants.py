@@ -565,7 +565,10 @@ class CrossSeparate(nn.Module):
         q = rearrange(self.to_q(x), "b t (h d) -> b h t d", h=self.h)
         k = rearrange(self.to_k(context), "b s (h d) -> b h s d", h=self.h)
         v = rearrange(self.to_v(context), "b s (h d) -> b h s d", h=self.h)
-        weights = torch.einsum("bhtd,bhsd->bhts", q, k).mul(q.shape[-1] ** -0.5).softmax(-1)
+        scores = torch.einsum("bhtd,bhsd->bhts", q, k).mul(q.shape[-1] ** -0.5)
+        if mask is not None:
+            scores = torch.where(mask.bool(), scores, torch.tensor(float("-inf")))
+        weights = scores.softmax(-1)
         out = self.to_out(rearrange(torch.einsum("bhts,bhsd->bhtd", weights, v), "b h t d -> b t (h d)"))
         return (out, weights) if return_attention else out
 
@@ -581,10 +584,13 @@ class CrossHeadMajor(nn.Module):
         self.key_value = nn.Linear(context_dim or emb_size, 2 * emb_size)
         self.projection = nn.Linear(emb_size, emb_size)
 
-    def forward(self, x, context):
+    def forward(self, x, context, mask=None):
         q = rearrange(self.query(x), "b t (h d) -> b h t d", h=self.h)
         k, v = rearrange(self.key_value(context), "b s (h d kv) -> kv b h s d", kv=2, h=self.h)
-        weights = torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores + (mask.float() - 1) * 1e9          # additive mask: 0 allowed, -1e9 blocked
+        weights = torch.softmax(scores, dim=-1)
         return self.projection(rearrange(weights @ v, "b h t d -> b t (h d)"))
 
 
