@@ -117,15 +117,21 @@ def test_thread_tuner_keeps_the_faster_option():
                 now += timings[threads]
                 tuner.after_step(timings[threads], now, step)
 
-        run(4, 1)                                                     # 2 steps with 2 threads, 2 with 1
-        assert tuner.best == 1 and torch.get_num_threads() == 1
-        assert tuner.choices[-1]["ms_per_step"] == {2: 500.0, 1: 100.0}
+        run(3, 1)                 # 2 steps with 1 thread, then 2 threads: 5x slower, dropped after 1 step
+        assert tuner.best == 1 and torch.get_num_threads() == 1 and not tuner.plan
+        assert tuner.choices[-1]["ms_per_step"] == {1: 100.0, 2: 500.0}
         tuner.before_step(now + 1.0)                                  # before the next check: no probing
         assert torch.get_num_threads() == 1 and not tuner.plan
+        timings = {2: 0.06, 1: 0.1}                                   # the machine is idle again
         now += 100.0
-        run(3, 5)                 # the check starts with the best; 2 threads, 5x slower, is dropped after 1 step
-        assert not tuner.plan and tuner.best == 1 and tuner.interval == 20.0
-        assert tuner.choices[-1]["ms_per_step"] == {1: 100.0, 2: 500.0}
+        run(4, 4)
+        assert tuner.best == 2 and torch.get_num_threads() == 2 and tuner.interval == 10.0
+        assert tuner.choices[-1]["ms_per_step"] == {1: 100.0, 2: 60.0}
+        timings = {2: 0.5, 1: 0.1}                                    # busy again: 2 threads slow down
+        run(3, 8)                                                     # three slow steps ...
+        assert tuner.next_probe == pytest.approx(now) and not tuner.plan
+        run(3, 11)                                                    # ... trigger a check well before 10 s
+        assert tuner.best == 1 and torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(vtrain.available_cores())
 

@@ -106,7 +106,7 @@ class TrainConfig:
     eval_batch_size: int = 1000
     # machine
     seed: int = 0
-    threads: int | None = None     # torch threads; 0 = adaptive (timed CPU runs: see ThreadTuner)
+    threads: int | None = None    # torch threads; None: adaptive for timed CPU runs (ThreadTuner), else torch's; 0: adaptive
     device: str = "auto"
     compile: bool = False
     train_limit: int | None = None  # use only the first N training images (VITREF_FAST sets it)
@@ -250,13 +250,14 @@ class ThreadTuner:
     On a shared machine, all-cores parallelism can be many times *slower* than one thread
     (every parallel operation waits for a thread that another program has taken off its core),
     while on an idle machine it is nearly twice as fast. Every ``interval`` seconds the tuner
-    times a few real training steps with each option and keeps the fastest; an option that is
-    clearly slower is dropped after one step, and the interval doubles while the answer stays the
-    same. Used for timed CPU runs (``threads=0``); it changes only speed, not the method.
+    times a few real training steps with each option (fewest threads first) and keeps the
+    fastest; an option that is clearly slower is dropped after one step, and the interval doubles
+    while the answer stays the same. Three steps in a row at over twice the timed speed (the
+    load changed) start a new check at once. Used for timed CPU runs (``threads=0``); it changes only speed, not the method.
     """
 
     def __init__(self, options, interval: float = 60.0, steps_per_option: int = 3, max_interval: float = 240.0):
-        self.options = list(dict.fromkeys(options))
+        self.options = sorted(set(options))        # fewest threads first: the safe baseline
         self.best = self.options[0]
         self.base_interval, self.interval, self.max_interval = interval, interval, max_interval
         self.steps_per_option = steps_per_option
@@ -264,12 +265,14 @@ class ThreadTuner:
         self.plan: list[int] = []
         self.samples: dict[int, list[float]] = {}
         self.choices: list[dict] = []
+        self.slow_steps = 0
         torch.set_num_threads(self.best)
 
     def before_step(self, now: float) -> None:
         if not self.plan and len(self.options) > 1 and now >= self.next_probe:
-            order = [self.best] + [o for o in self.options if o != self.best]
-            self.plan = [o for o in order for _ in range(self.steps_per_option)]
+            # Time the safest option first (fewest threads: at worst about cores-times slower),
+            # so that an option which the machine's load makes far slower is dropped after one step.
+            self.plan = [o for o in self.options for _ in range(self.steps_per_option)]
             self.samples = {}
         threads = self.plan[0] if self.plan else self.best
         if torch.get_num_threads() != threads:
@@ -277,6 +280,11 @@ class ThreadTuner:
 
     def after_step(self, seconds: float, now: float, step: int) -> None:
         if not self.plan:
+            # The load changed (3 steps in a row at over twice the timed speed): check again now.
+            reference = min(self.samples.get(self.best, [math.inf]))
+            self.slow_steps = self.slow_steps + 1 if seconds > 2 * reference else 0
+            if self.slow_steps >= 3:
+                self.next_probe, self.slow_steps = now, 0
             return
         threads = self.plan.pop(0)
         self.samples.setdefault(threads, []).append(seconds)
@@ -328,7 +336,8 @@ def _train(config, start_time, overrides):
         raise ValueError(f"unknown dataset {config.dataset!r}: expected one of {sorted(vdata.DATASET_INFO)}")
     device = _resolve_device(config.device)
     tuner = None
-    if config.threads == 0 and device.type == "cpu" and available_cores() > 1:
+    adaptive = config.threads == 0 or (config.threads is None and config.minutes is not None)
+    if adaptive and device.type == "cpu" and available_cores() > 1:
         tuner = ThreadTuner([available_cores(), 1])
     elif config.threads:
         torch.set_num_threads(config.threads)
@@ -506,7 +515,10 @@ def _parse_args(argv=None) -> TrainConfig:
                                 help=f"(default {f.default})")
         elif f.name in ("minutes", "epochs"):
             parser.add_argument(flag, type=float, default=None)
-        elif f.name in ("steps", "threads", "train_limit", "test_limit"):
+        elif f.name == "threads":
+            parser.add_argument(flag, type=int, default=None,
+                                help="torch threads (default: timed CPU runs pick 1 or all cores as they go; 0 forces that)")
+        elif f.name in ("steps", "train_limit", "test_limit"):
             parser.add_argument(flag, type=int, default=None)
         elif f.name == "grad_clip":
             parser.add_argument(flag, type=float, default=None, help=f"(default {f.default}; 0 disables)")
@@ -530,9 +542,6 @@ def _parse_args(argv=None) -> TrainConfig:
 def main(argv=None) -> None:
     start = _process_start_time()
     config = _parse_args(argv)
-    if config.threads is None and config.device in ("auto", "cpu"):
-        # timed runs adapt the thread count to the machine's load; counted runs stay deterministic
-        config = dataclasses.replace(config, threads=0 if config.minutes is not None else available_cores())
     model, history = train(config, start_time=start)
     where = f" in {history['run_dir']}" if "run_dir" in history else ""
     print(f"{history['num_parameters']:,} parameters, {history['steps']} steps "
