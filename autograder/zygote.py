@@ -247,6 +247,25 @@ def _reexpose(groups: list) -> None:
     _check(_libc.umount2(b"/tmp", ctypes.c_int(MNT_DETACH)), "umount /tmp")
 
 
+def _fresh_tmp(size: str) -> None:
+    """Mount the student's empty tmpfs on /tmp, keeping the Python runtime reachable.
+
+    When the runtime (a virtual environment, e.g. a checkout cloned under /tmp) lives under
+    /tmp, the new tmpfs would hide it and every later import would fail. Each such folder is
+    opened before the mount and bound back, read-only, through its file descriptor: only the
+    runtime (with its filtered site-packages submounts) comes back, nothing else of /tmp.
+    """
+    runtime = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix)}
+    under_tmp = sorted(p for p in runtime if p.startswith("/tmp" + os.sep))
+    kept = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in under_tmp]
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
+    for path, fd in kept:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        _mount(f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
+        os.close(fd)
+
+
 def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
           status_w: int) -> None:
     """Pid 1 of the fresh pid namespace (or, in mode 'limits', a plain reaper process):
@@ -262,7 +281,7 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
             _remount_readonly()
         _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
         size = f"size={int(req['tmpfs_mb'])}m"
-        _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, f"{size},mode=1777")
+        _fresh_tmp(size)
         if os.path.isdir("/dev/shm"):
             _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
                    f"{size},mode=1777")
