@@ -32,8 +32,14 @@ system-packages:
 test: setup
 	$(PY) -m pytest
 
+# Jupyter Book caches each notebook's outputs keyed on the notebook's code only: when vitref
+# changed since the last build, drop the cache so every number and figure is recomputed.
+BOOK_STAMP := _build/.vitref-stamp
 book: setup
+	@if [ -f $(BOOK_STAMP) ] && [ -n "$$(find vitref -name '*.py' -newer $(BOOK_STAMP))" ]; then \
+	  echo "vitref changed since the last build: re-executing every chapter"; rm -rf _build/.jupyter_cache; fi
 	$(VENV)/bin/jupyter-book build . --keep-going
+	@touch $(BOOK_STAMP)
 
 assignments: setup
 	$(PY) -m autograder.nbtools generate
