@@ -53,3 +53,17 @@ def build_flexible(rec, answer, args: tuple, kwargs: dict, **meta):
         if "unexpected keyword argument" not in str(error):
             raise
     return rec.build(answer, *args, **meta)
+
+
+def mistaken_mask_softmax(scores, mask, mask_mode="fill", softmax_dim=-1, fill=float("-inf")):
+    """Attention weights from ``scores`` as a catalogue mistake computes them. ``mask_mode``:
+    ``"fill"`` (right: blocked = mask 0 gets ``fill``), ``"inverted"`` (fills where mask != 0),
+    ``"after"`` (zeroes weights after the softmax), anything else ignores the mask."""
+    if mask is not None and mask_mode == "fill":
+        scores = scores.masked_fill(mask == 0, fill)
+    elif mask is not None and mask_mode == "inverted":
+        scores = scores.masked_fill(mask != 0, fill)
+    weights = torch.softmax(scores, dim=softmax_dim)
+    if mask is not None and mask_mode == "after":
+        weights = weights * (mask != 0)
+    return weights

@@ -36,7 +36,7 @@ from torch import nn
 
 from .. import inputs as I
 from ..core import Case, Mistake, Question, register
-from ._common import call_with_mask, vitref
+from ._common import call_with_mask, mistaken_mask_softmax, vitref
 
 # --------------------------------------------------------------------------- softmax
 
@@ -186,13 +186,7 @@ def _attn(scale="sqrt_dk", softmax_dim=-1, mask_mode="fill", fill=float("-inf"),
                 scores = scores / q.shape[-1] ** 1 / 2            # scores / d_k ** 1/2 written inline
             elif scale == "sqrt_s":
                 scores = scores / math.sqrt(k.shape[-2])
-            if mask is not None and mask_mode == "fill":
-                scores = scores.masked_fill(mask == 0, fill)
-            elif mask is not None and mask_mode == "inverted":
-                scores = scores.masked_fill(mask != 0, fill)
-            weights = torch.softmax(scores, dim=softmax_dim)
-            if mask is not None and mask_mode == "after":
-                weights = weights * (mask != 0)
+            weights = mistaken_mask_softmax(scores, mask, mask_mode, softmax_dim, fill)
             if after == "scale_after":
                 weights = weights / math.sqrt(q.shape[-1])
             out = weights @ v

@@ -46,7 +46,7 @@ from torch import nn
 
 from .. import inputs as I
 from ..core import Case, Mistake, Question, register
-from ._common import build_flexible, call_with_mask, first_if_tuple, parts, vitref
+from ._common import build_flexible, call_with_mask, first_if_tuple, mistaken_mask_softmax, parts, vitref
 
 # --------------------------------------------------------------------------- causal mask
 
@@ -164,14 +164,7 @@ def _cross(queries="x", keys="context", scale="head", softmax_dim=-1, project=Tr
                 scores = q @ k.transpose(-2, -1)
                 scaling = {"head": math.sqrt(self.emb_size // self.num_heads), "emb": math.sqrt(self.emb_size),
                            None: 1.0}[scale]
-                scores = scores / scaling
-                if mask is not None and mask_mode == "fill":
-                    scores = scores.masked_fill(mask == 0, float("-inf"))
-                elif mask is not None and mask_mode == "inverted":
-                    scores = scores.masked_fill(mask != 0, float("-inf"))
-                weights = torch.softmax(scores, dim=softmax_dim)
-                if mask is not None and mask_mode == "after":
-                    weights = weights * (mask != 0)
+                weights = mistaken_mask_softmax(scores / scaling, mask, mask_mode, softmax_dim)
                 out = rearrange(weights @ v, merge)
                 out = self.projection(out) if project else out
                 return (out, weights) if return_attention else out
