@@ -212,3 +212,24 @@ def test_positions_break_permutation_equivariance(float64):
     x = torch.randn(2, 7, 16)
     perm = torch.tensor([1, 0, 2, 3, 4, 5, 6])
     assert not torch.allclose(mha(positions(x[:, perm])), mha(positions(x))[:, perm])
+
+
+@pytest.mark.parametrize("tokens", [5, 17, 130])     # below and above EXPLICIT_MAX_KEYS: both CPU paths
+@pytest.mark.parametrize("masked", [False, True])
+def test_fast_paths_equal_from_scratch_attention_with_gradients(float64, tokens, masked):
+    from vitref.multihead import EXPLICIT_MAX_KEYS
+
+    assert 17 <= EXPLICIT_MAX_KEYS < 130
+    mha = vitref.MultiHeadAttention(16, 4).eval()
+    x = torch.randn(3, tokens, 16, requires_grad=True)
+    mask = None
+    if masked:
+        mask = torch.rand(3, tokens, tokens) > 0.3                     # per-example masks
+        mask[0, 2] = False                                             # a query with nothing to attend to
+    fast = mha(x, mask=mask)                                           # no weights requested: the fast path
+    (grad_fast,) = torch.autograd.grad(fast.square().sum(), x)
+    reference, _ = mha(x, mask=mask, return_attention=True)           # the from-scratch attention
+    (grad_reference,) = torch.autograd.grad(reference.square().sum(), x)
+    torch.testing.assert_close(fast, reference)
+    torch.testing.assert_close(grad_fast, grad_reference)
+    assert torch.isfinite(grad_fast).all()

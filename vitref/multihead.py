@@ -20,6 +20,29 @@ from ._checks import check_divisible, expect_dims, expect_last_dim, shape_str
 from .attention import AttentionHead, _mask_as_bool, causal_mask, scaled_dot_product_attention
 
 
+# On a CPU, PyTorch's fused attention kernel is built for long sequences: for short ones two
+# batched matrix products and a softmax are 2-4x faster, forward and backward
+# (bench/RESULTS.md, "Attention on a CPU"). Keys up to this many take the explicit path.
+EXPLICIT_MAX_KEYS = 128
+
+
+def _attend_explicit(q, k, v, mask, dropout_p):
+    """``softmax(q k^T / sqrt(d)) v`` with PyTorch's softmax: the fast path for short CPU sequences.
+
+    ``mask`` is already broadcastable to ``(B, h, T, S)``; rows with nothing to attend to give zeros.
+    """
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)               # (B, h, T, S)
+    if mask is not None:
+        allowed = _mask_as_bool(mask, scores.shape)
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)                                # (B, h, T, S)
+    if mask is not None:
+        weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)   # fully blocked rows: NaN -> 0
+    if dropout_p:
+        weights = F.dropout(weights, dropout_p)
+    return weights @ v                                                     # (B, h, T, d)
+
+
 def _attend(q, k, v, mask, causal, dropout_p, need_weights, training):
     """Attention over heads: ``q (B, h, T, d)``, ``k, v (B, h, S, d)`` -> ``(B, h, T, d)`` [, weights].
 
@@ -42,6 +65,8 @@ def _attend(q, k, v, mask, causal, dropout_p, need_weights, training):
             weights = F.dropout(weights, dropout_p)
             out = weights @ v
         return out, weights
+    if q.device.type == "cpu" and S <= EXPLICIT_MAX_KEYS:
+        return _attend_explicit(q, k, v, mask, dropout_p if training else 0.0), None
     if mask is None:
         out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p if training else 0.0)
         return out, None
