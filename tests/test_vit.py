@@ -119,3 +119,20 @@ def test_vit_b16_default_is_imagenet_head():
         model = vitref.vit_b16()
     assert model.head.out_features == 1000
     assert vitref.count_parameters(model) == 86_567_656  # timm's vit_base_patch16_224 has the same count
+
+
+def test_vit_mean_pooling_feeds_the_head_the_average_patch_token(float64):
+    model = vitref.ViT(img_size=8, patch_size=4, in_channels=1, num_classes=3, dim=8, depth=1, num_heads=2,
+                       mlp_dim=16, pool="mean").eval()
+    images = torch.randn(2, 1, 8, 8)
+    features = model.forward_features(images)                        # (2, 5, 8): class token + 4 patches
+    torch.testing.assert_close(model(images), model.head(features[:, 1:].mean(dim=1)))
+    logits, attentions = model(images, return_attention=True)
+    torch.testing.assert_close(logits, model(images))
+    assert model.config["pool"] == "mean"
+    cls_model = vitref.ViT(img_size=8, patch_size=4, in_channels=1, num_classes=3, dim=8, depth=1, num_heads=2,
+                           mlp_dim=16).eval()
+    cls_model.load_state_dict(model.state_dict())
+    torch.testing.assert_close(cls_model(images), model.head(features[:, 0]))
+    with pytest.raises(ValueError, match="pool must be 'cls'.*'mean'.*got 'max'"):
+        vitref.ViT(img_size=8, patch_size=4, pool="max")

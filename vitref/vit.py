@@ -26,13 +26,16 @@ class ViT(nn.Module):
 
     def __init__(self, img_size: int = 32, patch_size: int = 4, in_channels: int = 3, num_classes: int = 10,
                  dim: int = 128, depth: int = 6, num_heads: int = 4, mlp_dim: int = 512,
-                 dropout: float = 0.0, norm_eps: float = 1e-6):
+                 dropout: float = 0.0, norm_eps: float = 1e-6, pool: str = "cls"):
         super().__init__()
+        if pool not in ("cls", "mean"):
+            raise ValueError(f"pool must be 'cls' (the class token's output) or 'mean' (average of the patch tokens), got {pool!r}")
         if img_size % patch_size:
             raise ValueError(f"image size {img_size} is not divisible by patch size {patch_size}")
         check_divisible(dim, num_heads)
         self.config = dict(img_size=img_size, patch_size=patch_size, in_channels=in_channels, num_classes=num_classes,
-                           dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim, dropout=dropout, norm_eps=norm_eps)
+                           dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim, dropout=dropout, norm_eps=norm_eps, pool=pool)
+        self.pool = pool
         self.img_size, self.patch_size, self.in_channels = img_size, patch_size, in_channels
         self.num_patches = (img_size // patch_size) ** 2
         self.patch_embed = ConvPatchEmbedding(in_channels, patch_size, dim)
@@ -82,11 +85,15 @@ class ViT(nn.Module):
         x = self.norm(x)
         return (x, attentions) if return_attention else x
 
+    def pooled(self, features: torch.Tensor) -> torch.Tensor:
+        """What the head sees, ``(B, D)``: the class token's output, or (``pool='mean'``) the patch tokens' mean."""
+        return features[:, 0] if self.pool == "cls" else features[:, 1:].mean(dim=1)
+
     def forward(self, images: torch.Tensor, return_attention: bool = False):
         if return_attention:
             features, attentions = self.forward_features(images, return_attention=True)
-            return self.head(features[:, 0]), attentions                          # (B, classes), list
-        return self.head(self.forward_features(images)[:, 0])                     # (B, num_classes)
+            return self.head(self.pooled(features)), attentions                   # (B, classes), list
+        return self.head(self.pooled(self.forward_features(images)))              # (B, num_classes)
 
 
 def count_parameters(module: nn.Module) -> int:
