@@ -240,16 +240,20 @@ class BatchLoader:
     ``images`` ``uint8 (N, C, H, W)``, ``labels`` ``(N,)``. Iterating yields
     ``(x float32 (B, C, H, W), y int64 (B,))`` for one pass (an epoch); with ``shuffle`` the
     order (and the augmentation) is drawn from ``generator``. ``drop_last`` keeps every batch
-    the same size (steady timing, no tiny last step).
+    the same size (steady timing, no tiny last step). With ``targets (N, ...)`` (e.g. a
+    teacher's logits for distillation) it yields ``(x, y, targets)``, the targets of the same images.
     """
 
     def __init__(self, images, labels, batch_size, mean, std, shuffle=False, generator=None,
-                 crop_padding=0, flip=False, erase=0.0, drop_last=False, device="cpu"):
+                 crop_padding=0, flip=False, erase=0.0, drop_last=False, device="cpu", targets=None):
         if images.dtype != torch.uint8 or images.ndim != 4:
             raise ValueError(f"expected uint8 images (N, C, H, W), got {images.dtype} {tuple(images.shape)}")
         if len(images) != len(labels):
             raise ValueError(f"{len(images)} images but {len(labels)} labels")
+        if targets is not None and len(targets) != len(images):
+            raise ValueError(f"{len(images)} images but {len(targets)} targets")
         self.images, self.labels = images.to(device), labels.to(device)
+        self.targets = targets.to(device) if targets is not None else None
         self.batch_size, self.mean, self.std = batch_size, mean, std
         self.shuffle, self.drop_last = shuffle, drop_last
         self.generator = generator if generator is not None else torch.Generator().manual_seed(0)
@@ -268,7 +272,10 @@ class BatchLoader:
             images = self.images[index]                                          # (B, C, H, W) uint8
             if self.crop_padding or self.flip or self.erase:
                 images = augment_batch(images, self.generator, self.crop_padding, self.flip, self.erase)
-            yield normalize(images, self.mean, self.std), self.labels[index]
+            if self.targets is None:
+                yield normalize(images, self.mean, self.std), self.labels[index]
+            else:
+                yield normalize(images, self.mean, self.std), self.labels[index], self.targets[index]
 
 
 __all__ = [
