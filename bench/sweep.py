@@ -46,6 +46,8 @@ MODELS = {
     "p7-d64-L6-m256-h8": dict(patch_size=7, dim=64, depth=6, heads=8, mlp_dim=256),
     "p7-d64-L4-m128": dict(patch_size=7, dim=64, depth=4, heads=4, mlp_dim=128),
     "p7-d80-L4-m320": dict(patch_size=7, dim=80, depth=4, heads=4, mlp_dim=320),
+    "p7-d64-L3-m256": dict(patch_size=7, dim=64, depth=3, heads=4, mlp_dim=256),
+    "p7-d48-L4-m192": dict(patch_size=7, dim=48, depth=4, heads=4, mlp_dim=192),
 }
 
 RECIPES = {
@@ -72,6 +74,19 @@ RECIPES = {
     "erase0.1": dict(erase=0.1),
     "tta10": dict(tta="flip-shift"),
     "drop0.1": dict(dropout=0.1),
+    # sweep 6 (after the faster CPU attention): pooling, weight averaging, distillation from a CNN teacher
+    "cur": dict(crop_padding=0, pos_init="sincos", tta="flip"),
+    "pool-mean": dict(pool="mean"),
+    "ema": dict(ema=0.999),
+    "kd-soft": dict(distill="soft", distill_weight=0.5, distill_temperature=1.0),
+    "kd-soft-t3": dict(distill="soft", distill_weight=0.5, distill_temperature=3.0),
+    "kd-soft-w0.8": dict(distill="soft", distill_weight=0.8, distill_temperature=1.0),
+    "kd-hard": dict(distill="hard", distill_weight=0.5),
+    "tgap": dict(teacher_arch="gap"), "tlr4e-3": dict(teacher_lr=4e-3), "tlr1e-3": dict(teacher_lr=1e-3),
+    "te10": dict(teacher_epochs=10), "te15": dict(teacher_epochs=15),
+    "crop1": dict(crop_padding=1), "late0.3": dict(crop_from=0.3), "late0.5": dict(crop_from=0.5),
+    "late0.7": dict(crop_from=0.7), "wd0.02": dict(weight_decay=0.02),
+    "te3": dict(teacher_epochs=3), "te5": dict(teacher_epochs=5), "te8": dict(teacher_epochs=8),
 }
 
 
@@ -115,8 +130,10 @@ def _run_one(job):
     started = time.time()
     _, history = train(device=device, out=None, progress=False, val_size=5000, **overrides)
     last = history["epochs"][-1]
-    return dict(label=label, overrides=overrides, train_accuracy=last["train_accuracy"], val_accuracy=last.get("val_accuracy"),
-                val_accuracy_plain=last.get("val_accuracy_plain"), test_accuracy=history["test_accuracy"],
+    return dict(label=label, overrides=overrides, train_accuracy=last["train_accuracy"],
+                val_accuracy=history.get("val_accuracy", last.get("val_accuracy")),
+                val_accuracy_plain=history.get("val_accuracy_plain", last.get("val_accuracy_plain")),
+                teacher=history.get("teacher"), test_accuracy=history["test_accuracy"],
                 test_accuracy_plain=history.get("test_accuracy_plain"),
                 val_accuracy_flip=last.get("val_accuracy_flip"), test_accuracy_flip=history.get("test_accuracy_flip"),
                 steps=history["steps"],
