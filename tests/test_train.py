@@ -150,3 +150,30 @@ def test_command_line_contract(tmp_path):
     assert f"{history['test_accuracy']:.4f}" == match.group(1)
     assert history["steps"] > 0 and history["config"]["minutes"] == 0.25
     assert int(match.group(2)) <= 0.25 * 60 + 15                     # the budget covers the whole command
+
+
+def test_distillation_trains_a_teacher_first_and_records_it():
+    model, history = vtrain.train(epochs=1, seed=0, out=None, threads=1, distill="soft", teacher_epochs=1,
+                                  val_size=256, **TINY)
+    teacher = history["teacher"]
+    assert teacher["steps"] == 2048 // 256 and teacher["epochs"] == 1    # VITREF_FAST: 2,048 training images
+    assert 0.0 <= teacher["train_accuracy"] <= 1.0 and 0.0 <= teacher["val_accuracy"] <= 1.0
+    _, plain = vtrain.train(epochs=1, seed=0, out=None, threads=1, val_size=256, **TINY)
+    assert "teacher" not in plain
+    assert history["epochs"][0]["train_loss"] != plain["epochs"][0]["train_loss"]   # the loss includes the teacher's term
+    with pytest.raises(ValueError, match="distill 'sharp'"):
+        vtrain.train(steps=1, out=None, distill="sharp", **TINY)
+    with pytest.raises(ValueError, match="teacher_share"):
+        vtrain.train(minutes=1, out=None, distill="hard", teacher_share=1.5, **TINY)
+
+
+def test_weight_averaging_and_late_crops_change_the_run_deterministically():
+    base = dict(steps=6, seed=1, out=None, threads=1, **TINY)
+    (m_plain, _), (m_ema, _), (m_ema2, _) = [vtrain.train(**base, **extra) for extra in ({}, dict(ema=0.9), dict(ema=0.9))]
+    assert all(torch.equal(a, b) for a, b in zip(m_ema.state_dict().values(), m_ema2.state_dict().values()))
+    assert not torch.equal(m_ema.head.weight, m_plain.head.weight)
+    runs = [vtrain.train(**base, crop_padding=1, crop_from=p)[0] for p in (0.0, 0.5, 1.0)]
+    assert not torch.equal(runs[0].head.weight, runs[1].head.weight)
+    assert not torch.equal(runs[1].head.weight, runs[2].head.weight)
+    no_crop, _ = vtrain.train(**base, crop_padding=0)
+    assert torch.equal(no_crop.head.weight, runs[2].head.weight)      # crops that never start: no crops

@@ -25,11 +25,15 @@ on a shared machine one thread can be many times faster than all cores.
 
 **The default recipe** (Fashion-MNIST on a 2-core CPU; chosen on a validation split carved
 from the training set, never on the test set; every recipe tried is in bench/RESULTS.md):
-patch 7 (4 x 4 = 16 patches + CLS), D = 64, 4 blocks, 4 heads, MLP 256 (205,066 parameters:
-small, so that it sees ~30 epochs in 10 minutes on an idle machine); positions start at a 2-D sine-cosine table;
-AdamW (lr 2e-3, weight decay 0.05), batch 256, 5% warm-up then cosine to zero, label smoothing
-0.1, gradient clipping at 1; random horizontal flips only (random crops slowed learning at
-this budget); test-time averaging of each image with its mirror image.
+patch 7 (4 x 4 = 16 patches + CLS), D = 64, 4 blocks, 4 heads, MLP 128 (139,018 parameters:
+small, so that it sees about 43 epochs in 10 minutes on an idle 2-core machine); positions
+start at a 2-D sine-cosine table; AdamW (lr 2e-3, weight decay 0.05), batch 256, 5% warm-up
+then cosine to zero, label smoothing 0.1, gradient clipping at 1; random shifts of up to one
+pixel (crop with padding 1) and horizontal flips; test-time averaging of 10 views of each
+image (the image and its mirror, each also shifted one pixel up, down, left and right).
+Optional, tried and not in the default: distillation from a small CNN trained first in the
+same budget (``--distill soft``, :mod:`vitref.teacher`), weight averaging (``--ema``), mean
+pooling (``--pool mean``), crops that start late (``--crop-from``).
 
 Outputs go to a run folder (default ``runs/<dataset>-<time>``): ``model.pt`` (state dict, the
 model's arguments and the config) and ``history.json`` (config, per-epoch loss and accuracy,
@@ -52,6 +56,7 @@ import torch
 import torch.nn.functional as F
 
 from . import data as vdata
+from .teacher import distillation_loss
 
 
 def _process_start_time() -> float:
@@ -82,10 +87,11 @@ class TrainConfig:
     dim: int = 64
     depth: int = 4
     heads: int = 4
-    mlp_dim: int = 256
+    mlp_dim: int = 128
     dropout: float = 0.0
     arch: str = "vitref"          # 'vitref' or 'timm' (timm's VisionTransformer, for comparisons)
     pos_init: str = "sincos"      # 'sincos' (start at a 2-D sine-cosine table, still learned) or 'random'
+    pool: str = "cls"             # what the head sees: 'cls' (class token) or 'mean' (average of the patch tokens)
     # optimisation
     batch_size: int = 256
     lr: float = 2e-3
@@ -95,12 +101,22 @@ class TrainConfig:
     beta2: float = 0.999
     label_smoothing: float = 0.1
     grad_clip: float | None = 1.0
+    ema: float = 0.0              # >0: evaluate an exponential moving average of the weights with this decay
+    # distillation from a small CNN trained first, in the same budget (vitref.teacher)
+    distill: str = "none"         # 'none', 'soft' (match the teacher's probabilities) or 'hard' (its argmax as a second label)
+    distill_weight: float = 0.5   # loss = (1 - w) * label loss + w * distillation loss
+    distill_temperature: float = 1.0
+    teacher_share: float = 0.25   # timed runs: fraction of the training time that trains the teacher
+    teacher_epochs: float = 5.0   # counted runs (--epochs/--steps): the teacher's epochs
+    teacher_arch: str = "fc"      # vitref.teacher.ConvTeacher: 'fc' or 'gap'
+    teacher_lr: float = 2e-3
     # augmentation (on whole batches, see vitref.data.augment_batch)
-    crop_padding: int = 0
+    crop_padding: int = 1
+    crop_from: float = 0.0        # random crops start at this fraction of the progress (0: from the start)
     flip: bool = True
     erase: float = 0.0
     # evaluation
-    tta: str = "flip"             # test-time augmentation: 'none', 'flip' (2 views), 'flip-shift' (10 views)
+    tta: str = "flip-shift"       # test-time augmentation: 'none', 'flip' (2 views), 'flip-shift' (10 views)
     val_size: int = 0             # training images held out for validation (recipe tuning)
     eval_every_epoch: bool = False  # also evaluate on the test set after each epoch (costs time)
     eval_batch_size: int = 1000
@@ -141,7 +157,7 @@ def build_model(config: TrainConfig, info: dict) -> torch.nn.Module:
 
         return ViT(img_size=info["img_size"], patch_size=config.patch_size, in_channels=info["in_channels"],
                    num_classes=info["num_classes"], dim=config.dim, depth=config.depth, num_heads=config.heads,
-                   mlp_dim=config.mlp_dim, dropout=config.dropout)
+                   mlp_dim=config.mlp_dim, dropout=config.dropout, pool=config.pool)
     if config.arch == "timm":
         from timm.models.vision_transformer import VisionTransformer
 
@@ -149,7 +165,7 @@ def build_model(config: TrainConfig, info: dict) -> torch.nn.Module:
                                  in_chans=info["in_channels"], num_classes=info["num_classes"],
                                  embed_dim=config.dim, depth=config.depth, num_heads=config.heads,
                                  mlp_ratio=config.mlp_dim / config.dim, drop_rate=config.dropout,
-                                 proj_drop_rate=config.dropout)
+                                 proj_drop_rate=config.dropout, global_pool="token" if config.pool == "cls" else "avg")
     raise ValueError(f"unknown arch {config.arch!r}: expected 'vitref' or 'timm'")
 
 
@@ -302,6 +318,54 @@ class ThreadTuner:
             torch.set_num_threads(self.best)
 
 
+def _teacher_phase(config, history, images, labels, info, deadline, reserve, device, validation=None):
+    """Train the distillation teacher, then return its logits for every training image ``(N, K)``.
+
+    Timed runs give the teacher ``teacher_share`` of the time left for training; counted runs
+    ``teacher_epochs``. What the teacher did goes into ``history['teacher']``.
+    """
+    from .teacher import teacher_logits, train_teacher
+
+    if config.distill not in ("soft", "hard"):
+        raise ValueError(f"unknown distill {config.distill!r}: expected 'none', 'soft' or 'hard'")
+    if not 0 < config.distill_weight <= 1:
+        raise ValueError(f"distill_weight must be in (0, 1], got {config.distill_weight}")
+    teacher_deadline = None
+    if math.isfinite(deadline):
+        if not 0 < config.teacher_share < 1:
+            raise ValueError(f"teacher_share must be between 0 and 1, got {config.teacher_share}")
+        teacher_deadline = time.time() + config.teacher_share * (deadline - reserve - time.time())
+    epochs = None if teacher_deadline is not None and config.epochs is None and config.steps is None \
+        else config.teacher_epochs
+    tuner = None
+    if device.type == "cpu" and config.threads in (None, 0) and teacher_deadline is not None and available_cores() > 1:
+        tuner = ThreadTuner([available_cores(), 1])
+    bar = None
+    if config.progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(desc="teacher", unit="step", dynamic_ncols=True, file=sys.stderr)
+    started = time.time()
+    teacher, summary = train_teacher(images, labels, info, epochs=epochs, deadline=teacher_deadline,
+                                     seed=config.seed, device=device, progress_bar=bar, tuner=tuner,
+                                     arch=config.teacher_arch, lr=config.teacher_lr)
+    targets = teacher_logits(teacher, images, info, config.eval_batch_size, device)      # (N, num_classes)
+    if bar is not None:
+        bar.close()
+    summary.update(seconds_with_targets=round(time.time() - started, 2),
+                   train_accuracy=(targets.argmax(-1) == labels.to(targets.device)).float().mean().item())
+    if validation is not None:
+        val_images, val_labels = validation
+        val_logits = teacher_logits(teacher, val_images, info, config.eval_batch_size, device)
+        summary["val_accuracy"] = (val_logits.argmax(-1) == val_labels.to(val_logits.device)).float().mean().item()
+    history["teacher"] = summary
+    if bar is not None:
+        bar.write(f"teacher: {summary['epochs']} epochs in {summary['seconds']:.0f} s, "
+                  f"train accuracy {summary['train_accuracy']:.4f}"
+                  + (f", val accuracy {summary['val_accuracy']:.4f}" if "val_accuracy" in summary else ""))
+    return targets
+
+
 def _resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -368,10 +432,11 @@ def _train(config, start_time, overrides):
     num_parameters = sum(p.numel() for p in model.parameters())
     step_model = torch.compile(model) if config.compile else model
     optimizer = torch.optim.AdamW(_param_groups(model, config.weight_decay), lr=config.lr,
-                                  betas=(0.9, config.beta2))
+                                  betas=(0.9, config.beta2), fused=device.type in ("cpu", "cuda"))
     generator = torch.Generator().manual_seed(config.seed + 1)
     loader = vdata.BatchLoader(train_images, train_labels, config.batch_size, info["mean"], info["std"],
-                               shuffle=True, generator=generator, crop_padding=config.crop_padding,
+                               shuffle=True, generator=generator,
+                               crop_padding=config.crop_padding if config.crop_from <= 0 else 0,
                                flip=config.flip, erase=config.erase, drop_last=True, device=device)
     steps_per_epoch = len(loader)
     if steps_per_epoch == 0:
@@ -392,6 +457,12 @@ def _train(config, start_time, overrides):
                    num_parameters=num_parameters, device=str(device), threads=torch.get_num_threads(),
                    torch=torch.__version__, steps_per_epoch=steps_per_epoch, epochs=[],
                    data_seconds=round(data_seconds, 2))
+    soft_targets = None
+    if config.distill != "none":
+        soft_targets = _teacher_phase(config, history, train_images, train_labels, info, deadline,
+                                      final_reserve(1e-3), device,
+                                      (val_images, val_labels) if config.val_size else None)
+        loader.targets = soft_targets
     progress_bar = None
     if config.progress:
         from tqdm.auto import tqdm
@@ -401,6 +472,11 @@ def _train(config, start_time, overrides):
 
     model.train()
     step, epoch, progress = 0, 0, 0.0
+    ema_model = None
+    if config.ema:
+        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+        ema_model = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema), use_buffers=True)
     train_start = time.time()
     train_deadline = deadline - final_reserve(1e-3)        # provisional, until steps are timed
     seconds_per_step = None
@@ -408,11 +484,13 @@ def _train(config, start_time, overrides):
     while not done:
         epoch += 1
         loss_sum, correct, seen, epoch_start = 0.0, 0, 0, time.time()
-        for x, y in loader:
+        for batch in loader:
+            x, y = batch[0], batch[1]                                          # (B, C, H, W), (B,)
             if progress >= 1.0 or step >= max_steps:
                 done = True
                 break
             lr = lr_at(progress, config)
+            loader.crop_padding = config.crop_padding if progress >= config.crop_from else 0   # for the next batch
             for group in optimizer.param_groups:
                 group["lr"] = lr
             step_start = time.time()
@@ -420,11 +498,20 @@ def _train(config, start_time, overrides):
                 tuner.before_step(step_start)
             logits = step_model(x)                                             # (B, num_classes)
             loss = F.cross_entropy(logits, y, label_smoothing=config.label_smoothing)
+            if soft_targets is not None:
+                teacher_batch = batch[2]                                      # (B, num_classes) teacher logits
+                if config.distill == "soft":
+                    distill_loss = distillation_loss(logits, teacher_batch, config.distill_temperature)
+                else:
+                    distill_loss = F.cross_entropy(logits, teacher_batch.argmax(-1))
+                loss = (1 - config.distill_weight) * loss + config.distill_weight * distill_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if config.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
+            if ema_model is not None:
+                ema_model.update_parameters(model)
             step += 1
             if tuner is not None and step >= 2:
                 tuner.after_step(time.time() - step_start, time.time(), step)
@@ -466,6 +553,8 @@ def _train(config, start_time, overrides):
     if progress_bar is not None:
         progress_bar.close()
     train_seconds = time.time() - train_start
+    if ema_model is not None:                       # evaluate and save the averaged weights
+        model.load_state_dict(ema_model.module.state_dict())
 
     eval_start = time.time()
     result = evaluate(step_model, test_images, test_labels, info, config.eval_batch_size, config.tta, device)
@@ -475,7 +564,10 @@ def _train(config, start_time, overrides):
                    seconds_per_step=seconds_per_step, eval_seconds=round(time.time() - eval_start, 2),
                    **{f"test_{k}": v for k, v in result.items()})
     if config.val_size:
-        if history["epochs"] and "val_accuracy" in history["epochs"][-1]:
+        if ema_model is not None:
+            result = evaluate(step_model, val_images, val_labels, info, config.eval_batch_size, config.tta, device)
+            history.update({f"val_{k}": v for k, v in result.items()})
+        elif history["epochs"] and "val_accuracy" in history["epochs"][-1]:
             history.update({k: v for k, v in history["epochs"][-1].items() if k.startswith("val_")})
     if config.out is not None:
         run_dir = Path(config.out) / (config.name or f"{config.dataset}-{time.strftime('%Y%m%d-%H%M%S')}")
