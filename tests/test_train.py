@@ -177,3 +177,46 @@ def test_weight_averaging_and_late_crops_change_the_run_deterministically():
     assert not torch.equal(runs[1].head.weight, runs[2].head.weight)
     no_crop, _ = vtrain.train(**base, crop_padding=0)
     assert torch.equal(no_crop.head.weight, runs[2].head.weight)      # crops that never start: no crops
+
+
+def test_batch_slices_in_threads_give_the_whole_batch_gradient_deterministically():
+    from concurrent.futures import ThreadPoolExecutor
+
+    torch.manual_seed(0)
+    model = vitref.ViT(28, 7, 1, 10, 32, 2, 4, 64)
+    x, y = torch.randn(37, 1, 28, 28), torch.randint(0, 10, (37,))    # an odd batch: slices of 18 and 19
+    teacher = torch.randn(37, 10)
+    config = vtrain.TrainConfig(distill="soft", distill_weight=0.3, distill_temperature=2.0)
+
+    def gradients(splits, pool=None):
+        model.zero_grad(set_to_none=True)
+        loss, correct = vtrain._forward_backward(model, x, y, teacher, config, splits, pool)
+        return loss, correct, [p.grad.clone() for p in model.parameters()]
+
+    whole_loss, whole_correct, whole = gradients(1)
+    with ThreadPoolExecutor(2) as pool:
+        runs = [gradients(2, pool) for _ in range(3)]
+    for loss, correct, grads in runs:
+        torch.testing.assert_close(loss, whole_loss)
+        assert int(correct) == int(whole_correct)
+        for g, w in zip(grads, whole):
+            torch.testing.assert_close(g, w, atol=1e-6, rtol=1e-4)
+        for g, first in zip(grads, runs[0][2]):
+            assert torch.equal(g, first)                               # same slices, same sums: bitwise
+
+
+def test_thread_tuner_can_choose_batch_slices():
+    tuner = vtrain.ThreadTuner([1, 2, (1, 2)], interval=10.0, steps_per_option=1)
+    try:
+        assert tuner.options == [1, 2, (1, 2)] and tuner.splits == 1
+        timings = {(1, 1): 0.1, (2, 1): 0.07, (1, 2): 0.05}
+        now = 0.0
+        for step in range(1, 4):
+            tuner.before_step(now)
+            option = (torch.get_num_threads(), tuner.splits)
+            now += timings[option]
+            tuner.after_step(timings[option], now, step)
+        assert tuner.best == (1, 2) and tuner.splits == 2 and torch.get_num_threads() == 1
+        assert tuner.choices[-1] == dict(step=3, threads="1x2", ms_per_step={1: 100.0, 2: 70.0, "1x2": 50.0})
+    finally:
+        torch.set_num_threads(vtrain.available_cores())

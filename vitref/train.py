@@ -260,8 +260,27 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _threads_of(option) -> int:
+    return option if isinstance(option, int) else option[0]
+
+
+def _splits_of(option) -> int:
+    return 1 if isinstance(option, int) else option[1]
+
+
+def _label(option):
+    """How an option appears in the history: ``2`` (threads) or ``'1x2'`` (1 thread in each of 2 batch slices)."""
+    return option if isinstance(option, int) else f"{option[0]}x{option[1]}"
+
+
 class ThreadTuner:
-    """Keep the faster of several torch thread counts, re-checked while training.
+    """Keep the fastest of several ways to use the CPU cores, re-checked while training.
+
+    An option is a number of torch threads (``2``), or ``(threads, splits)``: the batch is cut
+    into ``splits`` slices that run forward and backward at the same time in their own Python
+    threads, each op on ``threads`` cores (see :func:`_forward_backward`). For a small model,
+    ``(1, 2)`` keeps both cores busy with one synchronisation per step, where ``2`` threads
+    synchronise inside every operation.
 
     On a shared machine, all-cores parallelism can be many times *slower* than one thread
     (every parallel operation waits for a thread that another program has taken off its core),
@@ -269,20 +288,28 @@ class ThreadTuner:
     times a few real training steps with each option (fewest threads first) and keeps the
     fastest; an option that is clearly slower is dropped after one step, and the interval doubles
     while the answer stays the same. Three steps in a row at over twice the timed speed (the
-    load changed) start a new check at once. Used for timed CPU runs (``threads=0``); it changes only speed, not the method.
+    load changed) start a new check at once. Used for timed CPU runs (``threads=0``); it changes
+    only speed, not the method. ``splits`` is the current option's number of batch slices.
     """
 
     def __init__(self, options, interval: float = 60.0, steps_per_option: int = 3, max_interval: float = 240.0):
-        self.options = sorted(set(options))        # fewest threads first: the safe baseline
+        # fewest threads first: the safe baseline
+        self.options = sorted(set(options), key=lambda o: (_threads_of(o) * _splits_of(o), _splits_of(o)))
         self.best = self.options[0]
         self.base_interval, self.interval, self.max_interval = interval, interval, max_interval
         self.steps_per_option = steps_per_option
         self.next_probe = 0.0
-        self.plan: list[int] = []
-        self.samples: dict[int, list[float]] = {}
+        self.plan: list = []
+        self.samples: dict = {}
         self.choices: list[dict] = []
         self.slow_steps = 0
-        torch.set_num_threads(self.best)
+        self.splits = 1
+        self._use(self.best)
+
+    def _use(self, option) -> None:
+        if torch.get_num_threads() != _threads_of(option):
+            torch.set_num_threads(_threads_of(option))
+        self.splits = _splits_of(option)
 
     def before_step(self, now: float) -> None:
         if not self.plan and len(self.options) > 1 and now >= self.next_probe:
@@ -290,9 +317,7 @@ class ThreadTuner:
             # so that an option which the machine's load makes far slower is dropped after one step.
             self.plan = [o for o in self.options for _ in range(self.steps_per_option)]
             self.samples = {}
-        threads = self.plan[0] if self.plan else self.best
-        if torch.get_num_threads() != threads:
-            torch.set_num_threads(threads)
+        self._use(self.plan[0] if self.plan else self.best)
 
     def after_step(self, seconds: float, now: float, step: int) -> None:
         if not self.plan:
@@ -302,20 +327,58 @@ class ThreadTuner:
             if self.slow_steps >= 3:
                 self.next_probe, self.slow_steps = now, 0
             return
-        threads = self.plan.pop(0)
-        self.samples.setdefault(threads, []).append(seconds)
-        others = [min(v) for k, v in self.samples.items() if k != threads]
+        option = self.plan.pop(0)
+        self.samples.setdefault(option, []).append(seconds)
+        others = [min(v) for k, v in self.samples.items() if k != option]
         if others and seconds > 2 * min(others):               # clearly slower: stop timing it
-            self.plan = [t for t in self.plan if t != threads]
+            self.plan = [o for o in self.plan if o != option]
         if not self.plan:
             previous = self.best
             self.best = min(self.samples, key=lambda k: min(self.samples[k]))
-            same = self.best == previous
+            # a first check, or a changed answer, is re-checked soon; the same answer less and less often
+            same = self.best == previous and bool(self.choices)
             self.interval = min(self.max_interval, self.interval * 2) if same else self.base_interval
             self.next_probe = now + self.interval
-            self.choices.append(dict(step=step, threads=self.best,
-                                     ms_per_step={k: round(1000 * min(v), 1) for k, v in self.samples.items()}))
-            torch.set_num_threads(self.best)
+            self.choices.append(dict(step=step, threads=_label(self.best),
+                                     ms_per_step={_label(k): round(1000 * min(v), 1) for k, v in self.samples.items()}))
+            self._use(self.best)
+
+
+def _cpu_options() -> list:
+    """What a timed CPU run chooses from: one thread, all cores, and one thread per batch slice on each core."""
+    cores = available_cores()
+    return [1, cores, (1, cores)]
+
+
+def _forward_backward(model, x, y, teacher_batch, config: TrainConfig, splits: int = 1, pool=None):
+    """One batch's loss, backward included: returns ``(loss, correct)`` (batch-mean loss, number right).
+
+    With ``splits > 1`` the batch is cut into that many slices, each run forward and backward in
+    a thread of ``pool`` at the same time; each slice's loss is weighted by its share of the
+    batch, so the gradients accumulated in the shared parameters are the whole batch's (PyTorch
+    adds concurrent backward passes' gradients under a lock). The model must not depend on the
+    batch as a whole (no BatchNorm), which holds for the ViT.
+    """
+    size = len(y)
+
+    def run(part: slice):
+        logits = model(x[part])                                               # (b, num_classes)
+        loss = F.cross_entropy(logits, y[part], label_smoothing=config.label_smoothing)
+        if teacher_batch is not None:
+            if config.distill == "soft":
+                distill_loss = distillation_loss(logits, teacher_batch[part], config.distill_temperature)
+            else:
+                distill_loss = F.cross_entropy(logits, teacher_batch[part].argmax(-1))
+            loss = (1 - config.distill_weight) * loss + config.distill_weight * distill_loss
+        loss = loss * (len(logits) / size)
+        loss.backward()
+        return loss.detach(), (logits.argmax(-1) == y[part]).sum()
+
+    if splits <= 1 or pool is None:
+        return run(slice(None))
+    bounds = [round(i * size / splits) for i in range(splits + 1)]
+    results = list(pool.map(run, [slice(a, b) for a, b in zip(bounds, bounds[1:])]))
+    return sum(r[0] for r in results), sum(r[1] for r in results)
 
 
 def _teacher_phase(config, history, images, labels, info, deadline, reserve, device, validation=None):
@@ -339,7 +402,7 @@ def _teacher_phase(config, history, images, labels, info, deadline, reserve, dev
         else config.teacher_epochs
     tuner = None
     if device.type == "cpu" and config.threads in (None, 0) and teacher_deadline is not None and available_cores() > 1:
-        tuner = ThreadTuner([available_cores(), 1])
+        tuner = ThreadTuner([available_cores(), 1])         # the teacher has BatchNorm: no batch slices
     bar = None
     if config.progress:
         from tqdm.auto import tqdm
@@ -402,7 +465,7 @@ def _train(config, start_time, overrides):
     tuner = None
     adaptive = config.threads == 0 or (config.threads is None and config.minutes is not None)
     if adaptive and device.type == "cpu" and available_cores() > 1:
-        tuner = ThreadTuner([available_cores(), 1])
+        tuner = ThreadTuner(_cpu_options())
     elif config.threads:
         torch.set_num_threads(config.threads)
     deadline = start + config.minutes * 60 if config.minutes is not None else math.inf
@@ -477,6 +540,11 @@ def _train(config, start_time, overrides):
         from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
 
         ema_model = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema), use_buffers=True)
+    slice_pool = None
+    if tuner is not None and any(_splits_of(o) > 1 for o in tuner.options):
+        from concurrent.futures import ThreadPoolExecutor
+
+        slice_pool = ThreadPoolExecutor(max(_splits_of(o) for o in tuner.options), thread_name_prefix="vitref-slice")
     train_start = time.time()
     train_deadline = deadline - final_reserve(1e-3)        # provisional, until steps are timed
     seconds_per_step = None
@@ -496,17 +564,10 @@ def _train(config, start_time, overrides):
             step_start = time.time()
             if tuner is not None and step >= 1:                 # step 0 includes one-off warm-up costs
                 tuner.before_step(step_start)
-            logits = step_model(x)                                             # (B, num_classes)
-            loss = F.cross_entropy(logits, y, label_smoothing=config.label_smoothing)
-            if soft_targets is not None:
-                teacher_batch = batch[2]                                      # (B, num_classes) teacher logits
-                if config.distill == "soft":
-                    distill_loss = distillation_loss(logits, teacher_batch, config.distill_temperature)
-                else:
-                    distill_loss = F.cross_entropy(logits, teacher_batch.argmax(-1))
-                loss = (1 - config.distill_weight) * loss + config.distill_weight * distill_loss
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            teacher_batch = batch[2] if soft_targets is not None else None   # (B, num_classes) teacher logits
+            loss, batch_correct = _forward_backward(step_model, x, y, teacher_batch, config,
+                                                    tuner.splits if tuner is not None else 1, slice_pool)
             if config.grad_clip:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
             optimizer.step()
@@ -515,8 +576,8 @@ def _train(config, start_time, overrides):
             step += 1
             if tuner is not None and step >= 2:
                 tuner.after_step(time.time() - step_start, time.time(), step)
-            loss_sum = loss_sum + loss.detach() * len(y)                      # kept on the device: no sync
-            correct = correct + (logits.argmax(-1) == y).sum()
+            loss_sum = loss_sum + loss * len(y)                               # kept on the device: no sync
+            correct = correct + batch_correct
             seen += len(y)
             now = time.time()
             if step == 2:                       # step 1 includes warm-up costs (allocation, compilation)
@@ -552,6 +613,8 @@ def _train(config, start_time, overrides):
                                    f"train_acc={record['train_accuracy']:.4f}{extra} ({record['seconds']:.0f} s)")
     if progress_bar is not None:
         progress_bar.close()
+    if slice_pool is not None:
+        slice_pool.shutdown()
     train_seconds = time.time() - train_start
     if ema_model is not None:                       # evaluate and save the averaged weights
         model.load_state_dict(ema_model.module.state_dict())
