@@ -117,7 +117,7 @@ def test_thread_tuner_keeps_the_faster_option():
                 now += timings[threads]
                 tuner.after_step(timings[threads], now, step)
 
-        run(3, 1)                 # 2 steps with 1 thread, then 2 threads: 5x slower, dropped after 1 step
+        run(4, 1)                 # 2 steps with 1 thread, then 2 threads (a first, untimed step, then 5x slower: dropped)
         assert tuner.best == 1 and torch.get_num_threads() == 1 and not tuner.plan
         assert tuner.choices[-1]["ms_per_step"] == {1: 100.0, 2: 500.0}
         tuner.before_step(now + 1.0)                                  # before the next check: no probing
@@ -211,12 +211,44 @@ def test_thread_tuner_can_choose_batch_slices():
         assert tuner.options == [1, 2, (1, 2)] and tuner.splits == 1
         timings = {(1, 1): 0.1, (2, 1): 0.07, (1, 2): 0.05}
         now = 0.0
-        for step in range(1, 4):
+        for step in range(1, 6):                  # 1 thread; 2 threads twice and slices twice (first steps untimed)
             tuner.before_step(now)
             option = (torch.get_num_threads(), tuner.splits)
             now += timings[option]
             tuner.after_step(timings[option], now, step)
         assert tuner.best == (1, 2) and tuner.splits == 2 and torch.get_num_threads() == 1
-        assert tuner.choices[-1] == dict(step=3, threads="1x2", ms_per_step={1: 100.0, 2: 70.0, "1x2": 50.0})
+        assert tuner.choices[-1] == dict(step=5, threads="1x2", ms_per_step={1: 100.0, 2: 70.0, "1x2": 50.0})
+    finally:
+        torch.set_num_threads(vtrain.available_cores())
+
+
+def test_sliced_forward_equals_the_model_without_building_graphs():
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = vitref.ViT(28, 7, 1, 10, 16, 1, 2, 32).eval()
+    x = torch.randn(9, 1, 28, 28)
+    with ThreadPoolExecutor(2) as pool:
+        sliced = vtrain._SlicedForward(model, 2, pool)
+        out = sliced(x)
+        assert not out.requires_grad and not sliced.training
+        torch.testing.assert_close(out, model(x))
+        labels = torch.randint(0, 10, (9,))
+        images = torch.randint(0, 256, (9, 1, 28, 28), dtype=torch.uint8)
+        info = dict(mean=(0.3,), std=(0.3,))
+        assert vtrain.evaluate(sliced, images, labels, info, tta="flip-shift") == \
+            pytest.approx(vtrain.evaluate(model, images, labels, info, tta="flip-shift"))
+
+
+def test_thread_tuner_does_not_time_an_options_first_step():
+    tuner = vtrain.ThreadTuner([1, (1, 2)], interval=10.0, steps_per_option=1)
+    try:
+        timings = iter([0.1, 5.0, 0.05])          # 1 thread; slices' first step (thread start-up); slices
+        now = 0.0
+        for step in range(1, 4):
+            tuner.before_step(now)
+            seconds = next(timings)
+            now += seconds
+            tuner.after_step(seconds, now, step)
+        assert tuner.best == (1, 2) and tuner.choices[-1]["ms_per_step"] == {1: 100.0, "1x2": 50.0}
     finally:
         torch.set_num_threads(vtrain.available_cores())

@@ -304,6 +304,7 @@ class ThreadTuner:
         self.choices: list[dict] = []
         self.slow_steps = 0
         self.splits = 1
+        self.warmed = {self.best}     # an option's first step pays one-off costs (new threads, allocations): not timed
         self._use(self.best)
 
     def _use(self, option) -> None:
@@ -315,7 +316,8 @@ class ThreadTuner:
         if not self.plan and len(self.options) > 1 and now >= self.next_probe:
             # Time the safest option first (fewest threads: at worst about cores-times slower),
             # so that an option which the machine's load makes far slower is dropped after one step.
-            self.plan = [o for o in self.options for _ in range(self.steps_per_option)]
+            self.plan = [o for o in self.options
+                         for _ in range(self.steps_per_option + (o not in self.warmed))]
             self.samples = {}
         self._use(self.plan[0] if self.plan else self.best)
 
@@ -328,6 +330,9 @@ class ThreadTuner:
                 self.next_probe, self.slow_steps = now, 0
             return
         option = self.plan.pop(0)
+        if option not in self.warmed:
+            self.warmed.add(option)
+            return
         self.samples.setdefault(option, []).append(seconds)
         others = [min(v) for k, v in self.samples.items() if k != option]
         if others and seconds > 2 * min(others):               # clearly slower: stop timing it
@@ -376,9 +381,33 @@ def _forward_backward(model, x, y, teacher_batch, config: TrainConfig, splits: i
 
     if splits <= 1 or pool is None:
         return run(slice(None))
+    return _combine(pool.map(run, _slices(size, splits)))
+
+
+def _slices(size: int, splits: int) -> list[slice]:
     bounds = [round(i * size / splits) for i in range(splits + 1)]
-    results = list(pool.map(run, [slice(a, b) for a, b in zip(bounds, bounds[1:])]))
+    return [slice(a, b) for a, b in zip(bounds, bounds[1:])]
+
+
+def _combine(results):
+    results = list(results)
     return sum(r[0] for r in results), sum(r[1] for r in results)
+
+
+class _SlicedForward:
+    """``model(x)`` computed as ``splits`` slices of the batch in parallel threads (evaluation only)."""
+
+    def __init__(self, model, splits: int, pool):
+        self.model, self.splits, self.pool = model, splits, pool
+
+    def __getattr__(self, name):                  # .training, .eval(), .train() ... of the model
+        return getattr(self.model, name)
+
+    def __call__(self, x):
+        def run(part):
+            with torch.no_grad():                 # grad mode is per thread
+                return self.model(x[part])
+        return torch.cat(list(self.pool.map(run, _slices(len(x), self.splits))))   # (B, num_classes)
 
 
 def _teacher_phase(config, history, images, labels, info, deadline, reserve, device, validation=None):
@@ -511,10 +540,11 @@ def _train(config, start_time, overrides):
         max_steps = min(max_steps, math.ceil(config.epochs * steps_per_epoch))
 
     # Time kept back for the final test evaluation, re-estimated from the measured step time:
-    # a forward pass costs about a third of a training step per image; x2 with TTA; x2 margin.
-    def final_reserve(seconds_per_image: float) -> float:
+    # a forward pass costs about a third of a training step per image; times the TTA views; x1.5 margin.
+    def final_reserve(seconds_per_image: float, window: float = math.inf) -> float:
         passes = {"none": 1, "flip": 2, "flip-shift": 10}.get(config.tta, 10)
-        return 2.0 + 2 * len(test_labels) * passes * seconds_per_image / 3
+        # at most a third of the training window: a tiny budget still trains (and may run over)
+        return min(window / 3, 2.0 + 1.5 * len(test_labels) * passes * seconds_per_image / 3)
 
     history = dict(config=dataclasses.asdict(config), model=getattr(model, "config", None),
                    num_parameters=num_parameters, device=str(device), threads=torch.get_num_threads(),
@@ -523,7 +553,7 @@ def _train(config, start_time, overrides):
     soft_targets = None
     if config.distill != "none":
         soft_targets = _teacher_phase(config, history, train_images, train_labels, info, deadline,
-                                      final_reserve(1e-3), device,
+                                      final_reserve(2e-4), device,
                                       (val_images, val_labels) if config.val_size else None)
         loader.targets = soft_targets
     progress_bar = None
@@ -546,7 +576,8 @@ def _train(config, start_time, overrides):
 
         slice_pool = ThreadPoolExecutor(max(_splits_of(o) for o in tuner.options), thread_name_prefix="vitref-slice")
     train_start = time.time()
-    train_deadline = deadline - final_reserve(1e-3)        # provisional, until steps are timed
+    window = deadline - train_start
+    train_deadline = deadline - final_reserve(2e-4, window)   # provisional, until steps are timed
     seconds_per_step = None
     done = False
     while not done:
@@ -584,8 +615,8 @@ def _train(config, start_time, overrides):
                 timing_start, timing_steps = now, step
             elif step > 2:
                 seconds_per_step = (now - timing_start) / (step - timing_steps)
-                if step % 20 == 0 and math.isfinite(deadline):
-                    train_deadline = deadline - final_reserve(seconds_per_step / config.batch_size)
+                if (step % 20 == 0 or step == 3) and math.isfinite(deadline):
+                    train_deadline = deadline - final_reserve(seconds_per_step / config.batch_size, window)
             # progress: of the time budget (timed runs) or of the steps (counted runs), whichever is ahead
             time_progress = (now - train_start) / max(1e-9, train_deadline - train_start)
             step_progress = step / max_steps
@@ -613,14 +644,17 @@ def _train(config, start_time, overrides):
                                    f"train_acc={record['train_accuracy']:.4f}{extra} ({record['seconds']:.0f} s)")
     if progress_bar is not None:
         progress_bar.close()
-    if slice_pool is not None:
-        slice_pool.shutdown()
     train_seconds = time.time() - train_start
     if ema_model is not None:                       # evaluate and save the averaged weights
         model.load_state_dict(ema_model.module.state_dict())
 
     eval_start = time.time()
-    result = evaluate(step_model, test_images, test_labels, info, config.eval_batch_size, config.tta, device)
+    eval_model = step_model
+    if tuner is not None and tuner.splits > 1:      # evaluate the way the tuner found fastest
+        eval_model = _SlicedForward(step_model, tuner.splits, slice_pool)
+    result = evaluate(eval_model, test_images, test_labels, info, config.eval_batch_size, config.tta, device)
+    if slice_pool is not None:
+        slice_pool.shutdown()
     if tuner is not None:
         history["thread_choices"] = tuner.choices
     history.update(steps=step, epochs_run=round(step / steps_per_epoch, 3), train_seconds=round(train_seconds, 2),
