@@ -126,8 +126,11 @@ def test_interrupted_batch_resumes(tmp_path):
                           "signal.SIG_IGN)\ntime.sleep(600)"), root, "z9", A)
     cmd = [sys.executable, "-m", "autograder", "grade", str(root), "--jobs", "1", "--no-progress",
            "--timeout", "20"]
+    # A foreground grader gets Ctrl-C; a test run started in the background (``cmd &``, nohup) would
+    # otherwise hand the grader an ignored SIGINT, so put back the default that a terminal gives.
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=S.REPO, env=dict(os.environ, AUTOGRADER_GRADER_VERSION="v1"))
+                            cwd=S.REPO, env=dict(os.environ, AUTOGRADER_GRADER_VERSION="v1"),
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     states = root / ".autograder" / "results"
     deadline = time.monotonic() + 240
     while time.monotonic() < deadline:
