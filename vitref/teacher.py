@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -84,6 +85,9 @@ def train_teacher(images, labels, info, *, epochs: float | None = None, deadline
     loader = vdata.BatchLoader(images, labels, batch_size, info["mean"], info["std"], shuffle=True,
                                generator=torch.Generator().manual_seed(seed + 2), flip=True, drop_last=True,
                                device=device)
+    from .train import lr_at                              # the student's schedule (train imports this module)
+
+    schedule = SimpleNamespace(lr=lr, warmup=warmup, min_lr=0.0)
     max_steps = math.ceil(epochs * len(loader)) if epochs is not None else math.inf
     start = time.time()
     step, progress, loss = 0, 0.0, None
@@ -92,9 +96,8 @@ def train_teacher(images, labels, info, *, epochs: float | None = None, deadline
         for x, y in loader:
             if channels_last:
                 x = x.contiguous(memory_format=torch.channels_last)
-            scale = progress / warmup if progress < warmup else 0.5 * (1 + math.cos(math.pi * (progress - warmup) / (1 - warmup)))
             for group in optimizer.param_groups:
-                group["lr"] = lr * scale
+                group["lr"] = lr_at(progress, schedule)
             step_start = time.time()
             if tuner is not None and step >= 1:
                 tuner.before_step(step_start)
