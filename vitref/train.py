@@ -20,8 +20,10 @@ learning rate at zero just in time for the final evaluation. With ``--epochs`` o
 the progress is the fraction of steps done, and a run is deterministic given ``--seed``
 (same machine, same number of threads). A timed run records its number of steps in the
 history; ``--steps N`` reruns that many steps on a step-based schedule, deterministically.
-On a CPU, a timed run also picks its number of threads as it goes (:class:`ThreadTuner`):
-on a shared machine one thread can be many times faster than all cores.
+On a CPU, a timed run also picks how to use the cores as it goes (:class:`ThreadTuner`): one
+thread, all cores, or the batch cut into slices that run in parallel threads (the fastest for
+this small model on an idle machine); on a shared machine one thread can be many times faster
+than all cores.
 
 **The default recipe** (Fashion-MNIST on a 2-core CPU; chosen on a validation split carved
 from the training set, never on the test set; every recipe tried is in bench/RESULTS.md):
