@@ -11,9 +11,10 @@ budget, by :func:`train_teacher`; :func:`teacher_logits` then computes its predi
 every training image once (averaged with the mirror image), so that distillation costs the
 student's loop nothing per step.
 
-``ConvTeacher`` ``(B, C, H, W) -> (B, num_classes)``: three 3x3 convolution blocks
-(conv-BatchNorm-ReLU; 32, 64, 128 channels, 2x2 max-pooling after the first two), global
-average pooling and a linear classifier.
+``ConvTeacher`` ``(B, C, H, W) -> (B, num_classes)``: 3x3 convolution blocks
+(conv-BatchNorm-ReLU) with 2x2 max-pooling, then a linear classifier; ``arch='fc'`` (the
+default: two blocks, the classifier sees the whole feature map) or ``'gap'`` (three blocks,
+global average pooling).
 """
 from __future__ import annotations
 
@@ -78,15 +79,12 @@ def train_teacher(images, labels, info, *, epochs: float | None = None, deadline
     channels_last = device.type == "cpu"              # oneDNN's convolutions are faster in NHWC on a CPU
     if channels_last:
         teacher = teacher.to(memory_format=torch.channels_last)
-    decay = [p for p in teacher.parameters() if p.ndim > 1]
-    no_decay = [p for p in teacher.parameters() if p.ndim <= 1]
-    optimizer = torch.optim.AdamW([dict(params=decay, weight_decay=weight_decay), dict(params=no_decay, weight_decay=0.0)],
-                                  lr=lr)
+    from .train import _param_groups, lr_at            # the student's groups and schedule (train imports this module)
+
+    optimizer = torch.optim.AdamW(_param_groups(teacher, weight_decay), lr=lr)   # no decay on biases and norms
     loader = vdata.BatchLoader(images, labels, batch_size, info["mean"], info["std"], shuffle=True,
                                generator=torch.Generator().manual_seed(seed + 2), flip=True, drop_last=True,
                                device=device)
-    from .train import lr_at                              # the student's schedule (train imports this module)
-
     schedule = SimpleNamespace(lr=lr, warmup=warmup, min_lr=0.0)
     max_steps = math.ceil(epochs * len(loader)) if epochs is not None else math.inf
     start = time.time()
