@@ -252,3 +252,13 @@ def test_thread_tuner_does_not_time_an_options_first_step():
         assert tuner.best == (1, 2) and tuner.choices[-1]["ms_per_step"] == {1: 100.0, "1x2": 50.0}
     finally:
         torch.set_num_threads(vtrain.available_cores())
+
+
+def test_timm_comparison_model_pools_like_vitref():
+    from vitref import data as vdata
+
+    info = vdata.DATASET_INFO["fashion-mnist"]
+    for pool, global_pool in (("cls", "token"), ("mean", "avg")):
+        model = vtrain.build_model(vtrain.TrainConfig(arch="timm", pool=pool, **{k: TINY[k] for k in ("dim", "depth", "heads", "mlp_dim")}), info)
+        assert model.global_pool == global_pool
+        assert isinstance(model.norm, torch.nn.LayerNorm) and isinstance(model.fc_norm, torch.nn.Identity)

@@ -167,7 +167,8 @@ def build_model(config: TrainConfig, info: dict) -> torch.nn.Module:
                                  in_chans=info["in_channels"], num_classes=info["num_classes"],
                                  embed_dim=config.dim, depth=config.depth, num_heads=config.heads,
                                  mlp_ratio=config.mlp_dim / config.dim, drop_rate=config.dropout,
-                                 proj_drop_rate=config.dropout, global_pool="token" if config.pool == "cls" else "avg")
+                                 proj_drop_rate=config.dropout, global_pool="token" if config.pool == "cls" else "avg",
+                                 fc_norm=False)   # final norm before pooling, as vitref.ViT (timm's 'avg' default norms after)
     raise ValueError(f"unknown arch {config.arch!r}: expected 'vitref' or 'timm'")
 
 
