@@ -42,10 +42,10 @@ book: setup
 	@touch $(BOOK_STAMP)
 
 assignments: setup
-	$(PY) -m autograder.nbtools generate
+	$(PY) -m autograder.instructor.nbtools generate
 
 autograde: setup
-	$(PY) -m autograder.nbtools autograde
+	$(PY) -m autograder.instructor.nbtools autograde
 
 bench: setup
 	$(PY) -m bench

@@ -7,27 +7,35 @@
     r.passed, r.score, r.max_score, r.feedback
     autograder.grade("q1", getPositionEncoding)       # AssertionError(feedback) unless passed
 
-Command line: ``python -m autograder check PATH [--question QID ...] [--json]`` (see
-:mod:`autograder.runner`); ``python -m autograder questions`` lists the questions.
-As pytest tests: ``pytest autograder --answers PATH [--question QID ...]`` (one test per question).
+Command line: ``python -m autograder check PATH [--question QID ...] [--json]``,
+``python -m autograder grade ROOT`` (a class, sandboxed), ``python -m autograder questions``.
 
-How a check works (:mod:`autograder.core`): the *probe* runs the answer on fixed inputs in
-the student's process and returns plain arrays; the *judge* recomputes the references with
-vitref in the grader's process, compares, and names the mistake from the question's
-catalogue (``Question.catalogue``) when the outputs match a known wrong answer. Each
-question also carries its starter code (``Question.skeleton``). Nothing here imports vitref
-until a check is judged, so the probes also run where vitref is absent.
+The package is split along the trust boundary of grading (see CONTRIBUTING.md):
+
+* :mod:`autograder.questions` and :mod:`autograder.student` run beside student code (they are
+  what the grading sandbox holds): the question data, the cell runner, the probes, the wire
+  format, the ban on forbidden functions, the sandbox's warm process. No reference code, no
+  mistake catalogue, no secret;
+* :mod:`autograder.judging` (references, catalogue of mistakes, judge, parameter matching,
+  static scan, secret inputs), :mod:`autograder.hosts` (where student code runs: a child
+  process, the bubblewrap sandbox), :mod:`autograder.batch` (a class: jobs, state,
+  gradebook, feedback) and :mod:`autograder.instructor` (nbgrader tools) are the grader's.
+
+``check()`` here is the student's fast self-check in their own process; the grade that
+counts comes from ``python -m autograder grade``.
 """
 from __future__ import annotations
 
-from .core import Mistake, Question, Result
+from .judging.model import Mistake, Result
+from .questions.base import Question
 
+__version__ = "0.2.0"
 __all__ = ["questions", "question", "check", "grade", "Question", "Result", "Mistake"]
 
 
 def questions(chapter: str | None = None) -> list[Question]:
     """All questions in course order, or those of one assignment (e.g. ``"03_attention"``)."""
-    from .core import registry
+    from .questions import registry
 
     found = list(registry().values())
     if chapter is not None:
@@ -39,26 +47,29 @@ def questions(chapter: str | None = None) -> list[Question]:
 
 
 def question(qid: str) -> Question:
-    from .core import registry
+    from .questions import question as find
 
-    table = registry()
-    if qid not in table:
-        raise ValueError(f"unknown question id {qid!r}; known ids: {', '.join(table)}")
-    return table[qid]
+    return find(qid)
 
 
 def check(qid: str, answer) -> Result:
-    """Check ``answer`` in this process: probe, scan for shortcuts, judge against vitref."""
-    from .judge import judge
-    from .probe import probe
-    from .shortcuts import scan_object
+    """Check ``answer`` in this process: scan its source, probe it (with the exercise's
+    forbidden functions disabled for the duration), judge against vitref."""
+    from .judging.judge import judge
+    from .judging.scan import scan_object
+    from .student.ban import install
+    from .student.probe import probe
 
     q = question(qid)
     try:
         hits = scan_object(answer, q.answer_name, q.forbidden)
     except Exception:  # noqa: BLE001 - a scan failure must not hide the check itself
         hits = []
-    data = probe(q, answer)
+    ban = install(q.forbidden, reversible=True)
+    try:
+        data = probe(q, answer)
+    finally:
+        ban.undo()
     try:
         return judge(q, data, static_hits=hits)
     except Exception as error:  # noqa: BLE001 - check() never raises for an answer

@@ -18,8 +18,8 @@ import sys
 
 def _check(args) -> int:
     import autograder
-    from .runner import check_file, format_table
-    from .source import SubmissionError
+    from .hosts.local import check_file, format_table
+    from .student.cells import SubmissionError
 
     try:
         for qid in args.question or ():
@@ -41,6 +41,7 @@ def _check(args) -> int:
 
 def _questions(args) -> int:
     import autograder
+    from .judging.catalogue import entry
 
     try:
         found = autograder.questions(args.chapter)
@@ -49,7 +50,7 @@ def _questions(args) -> int:
         return 2
     if args.json:
         print(json.dumps([{"id": q.id, "chapter": q.chapter, "title": q.title, "points": q.points,
-                           "answer_name": q.answer_name, "mistakes": len(q.catalogue)} for q in found], indent=2))
+                           "answer_name": q.answer_name, "mistakes": len(entry(q.id).catalogue)} for q in found], indent=2))
     else:
         for q in found:
             print(f"{q.id:<22} {q.chapter:<24} {q.points:>3g}  {q.answer_name:<30} {q.title}")
@@ -60,7 +61,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "grade":
         try:
-            from .batch import main as grade_main  # batch grading (autograder/batch.py)
+            from .batch import main as grade_main  # batch grading (autograder/batch/)
         except ImportError as error:
             print(f"error: batch grading is not available ({error})", file=sys.stderr)
             return 2

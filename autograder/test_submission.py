@@ -11,8 +11,8 @@ def _answers(config):
 
 def pytest_generate_tests(metafunc):
     if "qid" in metafunc.fixturenames:
-        from autograder.runner import default_questions
-        from autograder.source import SubmissionError
+        from autograder.hosts.local import default_questions
+        from autograder.student.cells import SubmissionError
 
         path = _answers(metafunc.config)
         qids = metafunc.config.getoption("autograder_questions")
@@ -26,12 +26,12 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def submission_results(request):
-    from autograder.runner import check_file
+    from autograder.hosts.local import check_file
 
     path = _answers(request.config)
     qids = request.config.getoption("autograder_questions")
     if not qids:
-        from autograder.runner import default_questions
+        from autograder.hosts.local import default_questions
         qids = default_questions(path)
     results = check_file(path, qids, timeout=request.config.getoption("answers_timeout"))
     return {r.id: r for r in results}

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import autograder
+from autograder.judging.catalogue import entry
 from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
 from answers.variants import VARIANTS
 
@@ -42,8 +43,8 @@ def test_question_list_follows_the_contract():
     assert [q.id for q in autograder.questions("03_attention")] == ["softmax", "attention", "attention_head"]
     for q in QUESTIONS:
         assert q.points > 0 and q.title and q.skeleton.strip()
-        assert len(q.catalogue) >= 3, q.id
-        assert len({m.key for m in q.catalogue}) == len(q.catalogue), q.id
+        assert len(entry(q.id).catalogue) >= 3, q.id
+        assert len({m.key for m in entry(q.id).catalogue}) == len(entry(q.id).catalogue), q.id
     with pytest.raises(ValueError, match="unknown question id"):
         autograder.check("q99", S.softmax)
     with pytest.raises(ValueError, match="no questions for chapter"):
@@ -69,7 +70,7 @@ def test_correct_variant_passes(qid, answer):
     assert result.passed, result.feedback
 
 
-CATALOGUE = [(q.id, m) for q in QUESTIONS for m in q.catalogue]
+CATALOGUE = [(q.id, m) for q in QUESTIONS for m in entry(q.id).catalogue]
 
 
 @pytest.mark.parametrize("qid, mistake", CATALOGUE, ids=[f"{qid}-{m.key}" for qid, m in CATALOGUE])
@@ -218,15 +219,29 @@ def test_answers_using_vitref_are_rejected():
         assert "vitref" in result.feedback
 
 
-def test_answer_that_switches_off_the_profiler_is_rejected():
+def test_hidden_library_call_is_caught_at_the_dispatcher():
+    """A computed name and a switched-off profiler do not hide a forbidden call: the
+    operator itself is disabled while the answer runs."""
     import sys
 
     def sneaky(x, dim=-1):
         sys.setprofile(None)
-        return S.softmax(x, dim)
+        return getattr(torch._C._VariableFunctions, "soft" + "max")(x, dim)
 
     result = autograder.check("softmax", sneaky)
-    assert not result.passed and "tamper" in result.feedback
+    assert not result.passed and result.mistake == "shortcut", result.feedback
+    assert "aten::" in result.feedback and "library softmax" in result.feedback
+    assert torch.allclose(torch.softmax(torch.zeros(2), 0), torch.full((2,), 0.5))   # restored after check()
+
+
+def test_own_softmax_with_the_profiler_switched_off_passes():
+    import sys
+
+    def own(x, dim=-1):
+        sys.setprofile(None)
+        return S.softmax(x, dim)
+
+    assert autograder.check("softmax", own).passed
 
 
 # --------------------------------------------------------------------------- untrusted outputs

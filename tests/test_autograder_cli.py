@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from autograder.core import Result
-from autograder.runner import RunLog, check_file, format_table
-from autograder.source import SubmissionError
+from autograder.hosts.local import check_file, check_submission, format_table
+from autograder.judging.model import Result
+from autograder.student.cells import SubmissionError
 
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "tests" / "answers" / "solutions.py"
@@ -121,9 +121,11 @@ torch.Tensor.__eq__ = lambda self, other: True
 
 # a checker that always says "passed"
 autograder.check = lambda *a, **k: None
-import autograder.judge
-autograder.judge.judge = lambda *a, **k: None
-autograder.judge.compare = lambda *a, **k: None
+try:
+    import autograder.judging.judge
+    autograder.judging.judge.judge = lambda *a, **k: None
+except ImportError:
+    pass
 
 # parameters the checker writes become all zeros
 class _Zeros:
@@ -147,7 +149,7 @@ class FeedForwardBlock(nn.Sequential):           # wrong: no activation
         super().__init__(nn.Linear(emb_size, expansion * emb_size), nn.Dropout(drop_p),
                          nn.Linear(expansion * emb_size, emb_size))
 
-_sdpa = torch.nn.functional.scaled_dot_product_attention   # captured before any tripwire is set
+_sdpa = torch.nn.functional.scaled_dot_product_attention   # captured before the check starts
 def scaled_dot_product_attention(q, k, v, mask=None):
     weights = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, -1)
     return _sdpa(q, k, v), weights
@@ -171,15 +173,20 @@ def test_patching_the_checker_in_the_submission_changes_nothing(tmp_path):
 
 def test_time_limit_and_exit_status(tmp_path):
     looping = notebook(tmp_path / "looping.ipynb", [NOTEBOOK_CELLS[0], NOTEBOOK_CELLS[1], "while True:\n    pass"])
-    log = RunLog()
-    (q1,) = check_file(looping, ["q1"], timeout=4, log=log)
+    (q1,), outcome = check_submission(looping, ["q1"], timeout=8)
     assert q1.passed, q1.feedback                     # the answer defined before the endless cell still counts
-    assert log.timed_out and "did not finish within the time limit" in log.cell_errors[-1]
+    assert "cell 3: did not finish within" in outcome.cell_errors[-1]
 
     exiting = tmp_path / "exiting.py"
     exiting.write_text(SOLUTIONS.read_text() + "\nimport os\nos._exit(3)\n")
-    (q1,) = check_file(exiting, ["q1"])
-    assert not q1.passed and "exit status 3" in q1.feedback
+    (q1,), outcome = check_submission(exiting, ["q1"])
+    assert q1.passed, q1.feedback                     # run again without the statement that ended the process
+    assert "exited with status 3" in outcome.reason and "run again without it" in outcome.reason
+
+    exiting_answer = tmp_path / "exiting_answer.py"
+    exiting_answer.write_text(SOLUTIONS.read_text() + "\nimport os\ndef softmax(x, dim=-1):\n    os._exit(3)\n")
+    q1, sm = check_file(exiting_answer, ["q1", "softmax"])
+    assert q1.passed and not sm.passed and "stopped its process" in sm.feedback
 
 
 def test_unreadable_submissions(tmp_path):
@@ -210,26 +217,30 @@ def test_pytest_plugin(tmp_path):
 
 PROBE_ONLY = '''
 import sys
-class Block:
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] == "vitref" or name in ("autograder.judge", "autograder.params", "autograder.runner"):
-            raise ImportError(name + " is blocked")
-sys.meta_path.insert(0, Block())
-sys.path.insert(0, sys.argv[1])
-import autograder
-from autograder import transport
-from autograder.probe import probe
+from autograder.questions import registry
+from autograder.student import wire
+from autograder.student.probe import probe
 from tests.answers.solutions import ANSWERS
-for q in autograder.questions():
+for name in ("vitref", "autograder.judging"):
+    assert name not in sys.modules, name
+for q in registry().values():
     data = probe(q, ANSWERS[q.id])
     assert not data["fatal"] and all(c["error"] is None for c in data["cases"]), (q.id, data)
-    transport.pack(data)
-print("probed", len(autograder.questions()))
+    wire.result_frame(q.id, data)
+print("probed", len(registry()))
 '''
 
 
-def test_probes_need_neither_vitref_nor_the_judge():
-    done = subprocess.run([sys.executable, "-c", PROBE_ONLY, str(ROOT)], capture_output=True, text=True,
-                          timeout=300, cwd=ROOT)
+def test_probes_run_with_the_sandbox_bundle_only(tmp_path):
+    """The probes of every question run the course's solutions with only the bundle (no
+    vitref, no judges) importable, as in the grading sandbox."""
+    import sysconfig
+
+    from autograder.hosts.sandbox import make_bundle
+    bundle = make_bundle(tmp_path / "bundle")
+    paths = [str(bundle), *sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]}), str(ROOT)]
+    code = f"import sys; sys.path[:0] = {paths!r}\n" + PROBE_ONLY
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", code], capture_output=True, text=True,
+                          timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert "probed 22" in done.stdout

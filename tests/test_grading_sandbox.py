@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder import sandbox, sandboxed
+from autograder.hosts import sandbox
+from autograder.student import wire
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,7 +42,7 @@ def zygote(request, tmp_path_factory):
         assert sandbox.mode() == "bwrap", "bubblewrap should work here (make setup installs it)"
     secret = tmp_path_factory.mktemp("grading-root")
     (secret / "gradebook.db").write_text("secret")
-    z = sandbox.Zygote(payload="autograder.zygote:script_payload", preload=("numpy",),
+    z = sandbox.Zygote(payload="autograder.student.zygote:script_payload", preload=("numpy",),
                        preload_checks=False, hide=(str(secret), str(REPO)),
                        sandbox_mode=request.param)
     z.start()
@@ -92,7 +93,7 @@ def test_course_and_grades_invisible(zygote):
     secret = zygote.secret
     r, data = run(zygote, f"""
 import os
-paths = {[str(REPO / 'solutions'), str(REPO / 'vitref'), str(REPO / 'autograder' / 'judge.py'),
+paths = {[str(REPO / 'solutions'), str(REPO / 'vitref'), str(REPO / 'autograder' / 'judging' / 'judge.py'),
           str(secret / 'gradebook.db'), str(REPO / 'nbgrader_config.py')]!r}
 seen = {{}}
 for p in paths:
@@ -110,9 +111,13 @@ try:
 except ImportError as e:
     seen['vitref'] = str(e)
 try:
-    import autograder.judge; seen['judge'] = 'imported'
+    import autograder.judging.judge; seen['judge'] = 'imported'
 except ImportError as e:
     seen['judge'] = 'ImportError'
+try:
+    import autograder.judging.catalogue; seen['catalogue'] = 'imported'
+except ImportError as e:
+    seen['catalogue'] = 'ImportError'
 RESULT = seen
 """)
     assert "result" in data, data
@@ -209,11 +214,11 @@ def test_exit_and_signal_statuses(zygote):
 
 
 def test_frames_reject_garbage():
-    good = sandboxed.frame({"event": "cell", "index": 0}) + sandboxed.frame({"event": "done"})
-    assert [h["event"] for h, _ in sandboxed.frames(good)] == ["cell", "done"]
-    assert sandboxed.frames(good[:-3]) == [({"event": "cell", "index": 0}, b"")]
-    assert sandboxed.frames(b"\xff\xff\xff\xff garbage") == []
-    assert sandboxed.frames(b"\x00\x00\x00\x02[]\x00\x00\x00\x00") == []
+    good = wire.frame({"event": "cell", "index": 0}) + wire.frame({"event": "done"})
+    assert [h["event"] for h, _ in wire.frames(good)] == ["cell", "done"]
+    assert wire.frames(good[:-3]) == [({"event": "cell", "index": 0}, b"")]
+    assert wire.frames(b"\xff\xff\xff\xff garbage") == []
+    assert wire.frames(b"\x00\x00\x00\x02[]\x00\x00\x00\x00") == []
 
 
 def test_compressed_outputs_rejected():
@@ -223,4 +228,4 @@ def test_compressed_outputs_rejected():
     with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("a0.npy", b"\x00" * 1000)
     with pytest.raises(ValueError, match="compressed"):
-        sandboxed._read_result({"tree": {}}, buf.getvalue())
+        wire.read_result({"tree": {}}, buf.getvalue())

@@ -17,7 +17,7 @@ import pytest
 from nbformat.v4 import new_code_cell, new_output
 
 import autograder
-from autograder import nbtools
+from autograder.instructor import nbtools
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = nbtools.assignments(ROOT)
@@ -41,9 +41,9 @@ def _submit(course: Path, student: str, name: str, nb) -> None:
 
 
 def _autograde(courses: list[Path]) -> None:
-    """`python -m autograder.nbtools autograde --course C` for each course, in parallel."""
+    """`python -m autograder.instructor.nbtools autograde --course C` for each course, in parallel."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, "-m", "autograder.nbtools", "autograde", "--course", str(c)],
+    procs = [subprocess.Popen([sys.executable, "-m", "autograder.instructor.nbtools", "autograde", "--course", str(c)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for c in courses]
     outs = [(p, p.communicate(timeout=1200)[0]) for p in procs]
@@ -158,7 +158,7 @@ def test_stderr_warnings_are_dropped_but_other_stderr_is_kept():
 
 
 def test_autograde_with_nothing_submitted_says_where_to_put_submissions(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "autograder.nbtools", "autograde", "--course", str(tmp_path)],
+    out = subprocess.run([sys.executable, "-m", "autograder.instructor.nbtools", "autograde", "--course", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "nothing to grade" in out.stdout and "instructor/submitted/<student>/<assignment>" in out.stdout

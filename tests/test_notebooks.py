@@ -26,7 +26,7 @@ import nbformat
 import pytest
 
 import autograder
-from autograder import nbtools
+from autograder.instructor import nbtools
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = nbtools.assignments(ROOT)

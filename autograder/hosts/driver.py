@@ -1,0 +1,113 @@
+"""Running one submission through a host and reading what came back (grader side).
+
+A *host* runs :func:`autograder.student.payload.payload` on a notebook somewhere: the
+grading sandbox (:class:`autograder.hosts.sandbox.Zygote`) or a plain child process
+(:class:`autograder.hosts.local.LocalHost`, for ``python -m autograder check``). Both answer
+``run(notebook, qids, limits, name=, options=, inputs=, timeout=) -> RunResult`` with the
+stream of frames the payload wrote.
+
+:func:`run_submission` gives the whole submission one wall-clock budget (``limits.timeout``):
+when the student's process dies or hangs inside a cell (``os._exit``, a cell that ignores
+the alarm), the notebook runs again without that cell, in what is left of the budget, at
+most ``MAX_ATTEMPTS`` times. Answers that crash or hang cost only their own question (the
+payload probes each in its own fork).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..student import wire
+
+MAX_ATTEMPTS = 3
+MIN_ATTEMPT = 2.0     # seconds: an attempt with less budget left is not started
+
+
+@dataclass
+class Outcome:
+    status: str = "ok"                 # ok | invalid | timeout | crashed
+    probes: dict = field(default_factory=dict)   # qid -> {"data": probe data} | {"unavailable": why}
+    reason: str = ""                   # notes for the whole submission (cells skipped, errors)
+    cell_errors: list = field(default_factory=list)
+    seconds: float = 0.0
+    attempts: int = 0
+    failure: str = ""                  # the last hard failure, for questions never reached
+
+    def missing_reason(self, question) -> str:
+        why = self.failure or "the notebook's process stopped before this answer was checked"
+        return f"{question.title}: not checked: {why}"
+
+
+def options_for(timeout: float) -> dict:
+    """A cell gets at most a quarter of the budget and an answer a sixth (at least 5 s each)."""
+    return {"cell_timeout": max(5.0, timeout / 4), "probe_timeout": max(5.0, timeout / 6)}
+
+
+def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs: bytes = b"") -> Outcome:
+    """Run a notebook on ``host`` (again without the culprit cell if its process dies)."""
+    outcome = Outcome()
+    skip: list[int] = []
+    todo = list(qids)
+    started = time.monotonic()
+    budget_end = started + float(limits.timeout)
+    notes: list[str] = []
+    for attempt in range(MAX_ATTEMPTS):
+        left = budget_end - time.monotonic()
+        if attempt and left < MIN_ATTEMPT:
+            notes.append("no time left in the submission's budget to run the notebook again")
+            break
+        outcome.attempts = attempt + 1
+        options = dict(options_for(float(limits.timeout)), timeout=left, skip_cells=skip)
+        run = host.run(raw, todo, limits, name=name, options=options, inputs=inputs, timeout=left)
+        done, last = False, None
+        for header, blob in wire.frames(run.data):
+            kind = header.get("event")
+            if kind == "invalid":
+                outcome.status = "invalid"
+                for qid in todo:
+                    outcome.probes[qid] = {"unavailable": f"the notebook could not be read: "
+                                                          f"{header.get('reason', '')}"}
+            elif kind in ("cell", "probe"):
+                last = header
+            elif kind == "cells" and attempt == 0:
+                errors = [str(e) for e in header.get("errors", [])]
+                outcome.cell_errors = errors[:50]
+                if errors:
+                    notes.append("errors while running the notebook: " + "; ".join(errors[:3]))
+            elif kind == "result" and header.get("qid") in todo:
+                try:
+                    outcome.probes[header["qid"]] = {"data": wire.read_result(header, blob)}
+                except Exception as error:  # noqa: BLE001 - whatever the student's process sent
+                    outcome.probes[header["qid"]] = {"unavailable": f"its outputs could not be read ({error})"}
+            elif kind == "unavailable" and header.get("qid") in todo:
+                outcome.probes[header["qid"]] = {"unavailable": str(header.get("reason", ""))[:300]}
+            elif kind == "done":
+                done = True
+        if outcome.status == "invalid" or (done and run.status == "ok"):
+            break
+        why = run.describe(limits) if run.status != "ok" else \
+            "the notebook's process ended before its answers could be checked (os._exit?)"
+        if run.output.strip() and run.status in ("exit", "signal", "error"):
+            tail = run.output.strip().splitlines()[-1][:160]
+            why += f" (last output: {tail})"
+        outcome.failure = why
+        outcome.status = "timeout" if run.status == "timeout" else "crashed"
+        if last is None:
+            break                      # it died before the first cell: nothing to skip
+        if last.get("event") == "probe":
+            qid = last.get("qid")
+            if qid in todo and qid not in outcome.probes:
+                outcome.probes[qid] = {"unavailable": why}
+        else:
+            index = int(last.get("index", -1))
+            if index in skip:
+                break
+            skip.append(index)
+            notes.append(f"cell {index + 1} stopped the notebook's process ({why}); "
+                         f"the notebook was run again without it")
+        todo = [q for q in todo if q not in outcome.probes]
+        if not todo:
+            break
+    outcome.reason = "; ".join(notes)
+    outcome.seconds = time.monotonic() - started
+    return outcome

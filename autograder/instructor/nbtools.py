@@ -1,0 +1,338 @@
+"""Instructor tools around nbgrader: generate the exercises, autograde submissions.
+
+    python -m autograder.instructor.nbtools generate    # make assignments: solutions/ -> exercises/
+    python -m autograder.instructor.nbtools autograde   # make autograde: instructor/submitted -> gradebook + CSV
+    python -m autograder.instructor.nbtools headers     # only refresh the Colab badge / set-up cells
+
+Both commands drive nbgrader (the library, in this process) with the settings of the
+repository's ``nbgrader_config.py``; only the gradebook location is changed where noted.
+
+``generate`` first rewrites the first two cells of every solutions notebook (the
+"Open in Colab" badge and the Colab set-up cell) from ``repository.url`` and
+``repository.branch`` in ``_config.yml``, then runs ``nbgrader generate_assignment`` for
+every ``solutions/<a>/<a>.ipynb``. nbgrader's output is deterministic (no timestamps, cell
+ids taken from the source), so ``exercises/`` only changes when ``solutions/`` or
+``_config.yml`` change. The gradebook that generation needs is a temporary file: nothing
+but ``exercises/<a>/<a>.ipynb`` is written.
+
+``autograde`` grades every submission under the configured submitted folder
+(``instructor/submitted/<student>/<assignment>/<assignment>.ipynb``): it records each
+assignment's cells in the gradebook (``instructor/gradebook.db``), runs
+``nbgrader autograde`` and exports the scores with ``nbgrader export``
+(``instructor/nbgrader_grades.csv``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+HEADER_IDS = ("open-in-colab", "colab-setup")
+COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
+NBGRADER_CSV = "nbgrader_grades.csv"
+
+
+# --------------------------------------------------------------------------- paths
+
+def find_root(start: str | os.PathLike | None = None) -> Path:
+    """The repository root: the first folder upwards holding nbgrader_config.py and solutions/."""
+    here = Path(start or os.getcwd()).resolve()
+    for folder in (here, *here.parents):
+        if (folder / "nbgrader_config.py").is_file() and (folder / "solutions").is_dir():
+            return folder
+    raise SystemExit(
+        f"no course repository found at or above {here}: expected a folder with "
+        "nbgrader_config.py and solutions/ (run this from the repository)")
+
+
+def assignments(root: Path) -> list[str]:
+    """Assignment names: every solutions/<a>/ that holds <a>.ipynb, sorted."""
+    names = []
+    for folder in sorted((root / "solutions").iterdir()):
+        if folder.is_dir() and (folder / f"{folder.name}.ipynb").is_file():
+            names.append(folder.name)
+    return names
+
+
+def solution_path(root: Path, assignment: str) -> Path:
+    return root / "solutions" / assignment / f"{assignment}.ipynb"
+
+
+# ------------------------------------------------------------------- header cells
+
+def repository(root: Path) -> tuple[str, str]:
+    """(url, branch) from _config.yml's ``repository`` section."""
+    import yaml
+
+    with open(root / "_config.yml", encoding="utf-8") as fh:
+        config = yaml.safe_load(fh) or {}
+    repo = config.get("repository") or {}
+    url = str(repo.get("url", "")).rstrip("/")
+    if not url.startswith("https://github.com/"):
+        raise SystemExit(
+            f"_config.yml: repository.url must be a https://github.com/<owner>/<name> URL "
+            f"(the Colab badge and set-up cell are built from it), got {url!r}")
+    if url.endswith(".git"):
+        url = url[: -len(".git")]
+    return url, str(repo.get("branch") or "main")
+
+
+def colab_url(url: str, branch: str, assignment: str) -> str:
+    owner_repo = url[len("https://github.com/"):]
+    return (f"https://colab.research.google.com/github/{owner_repo}/blob/{branch}/"
+            f"exercises/{assignment}/{assignment}.ipynb")
+
+
+def chapter_url(url: str, branch: str, assignment: str) -> str:
+    """The book chapter of an assignment (same name), in the repository."""
+    return f"{url}/blob/{branch}/book/{assignment}.ipynb"
+
+
+def header_cells(url: str, branch: str, assignment: str) -> list:
+    """The two cells every notebook starts with: the Colab badge and the set-up cell."""
+    from nbformat.v4 import new_code_cell, new_markdown_cell
+
+    badge = new_markdown_cell(
+        f"[![Open In Colab]({COLAB_BADGE})]({colab_url(url, branch, assignment)})\n"
+        f"&nbsp; The chapter that goes with these exercises: "
+        f"[book/{assignment}]({chapter_url(url, branch, assignment)})",
+        id=HEADER_IDS[0])
+    setup = new_code_cell(
+        "# Set-up. In Google Colab this installs the course package (vitref + autograder)\n"
+        "# from its repository; Colab's own torch satisfies the requirements, so pip keeps it.\n"
+        "# Anywhere else (your machine, nbgrader) this cell does nothing.\n"
+        "import sys\n"
+        "\n"
+        "if \"google.colab\" in sys.modules:\n"
+        "    import subprocess\n"
+        "\n"
+        "    subprocess.run([sys.executable, \"-m\", \"pip\", \"install\", \"-q\",\n"
+        f"                    \"git+{url}@{branch}\"], check=True)",
+        id=HEADER_IDS[1])
+    return [badge, setup]
+
+
+def _strip(cell) -> dict:
+    """A cell's content that matters for comparison (source, type, id, metadata)."""
+    return {"cell_type": cell.cell_type, "id": cell.get("id"), "source": cell.source,
+            "metadata": dict(cell.metadata)}
+
+
+def refresh_headers(root: Path, check: bool = False) -> list[str]:
+    """Rewrite the header cells of every solutions notebook from _config.yml.
+
+    Returns the assignments whose notebooks were (or, with check=True, would be) changed.
+    """
+    import nbformat
+
+    url, branch = repository(root)
+    changed = []
+    for assignment in assignments(root):
+        path = solution_path(root, assignment)
+        nb = nbformat.read(path, as_version=4)
+        wanted = header_cells(url, branch, assignment)
+        current = [c for c in nb.cells[:2] if c.get("id") in HEADER_IDS]
+        if [_strip(c) for c in current] == [_strip(c) for c in wanted]:
+            continue
+        changed.append(assignment)
+        if not check:
+            nb.cells = wanted + [c for c in nb.cells if c.get("id") not in HEADER_IDS]
+            nbformat.write(nb, path)
+    return changed
+
+
+# ------------------------------------------------------------------- nbgrader glue
+
+def _nbgrader_env() -> None:
+    # nbgrader's gradebook runs the `alembic` executable: make the venv's bin/ findable
+    # when the interpreter is called by its path (as the Makefile does).
+    bindir = str(Path(sys.executable).parent)
+    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
+
+
+def load_config(root: Path, **course_directory):
+    """The repository's nbgrader_config.py as a traitlets Config, with CourseDirectory overrides."""
+    from traitlets.config.loader import PyFileConfigLoader
+
+    config = PyFileConfigLoader("nbgrader_config.py", path=str(root)).load_config()
+    config.CourseDirectory.root = str(root)
+    for key, value in course_directory.items():
+        setattr(config.CourseDirectory, key, value)
+    return config
+
+
+def _run(converter_class, config, assignment: str, student: str = "*", **traits) -> None:
+    """Run one nbgrader converter (GenerateAssignment, Autograde) like its command would."""
+    import logging
+
+    from nbgrader.coursedir import CourseDirectory
+
+    _nbgrader_env()
+    coursedir = CourseDirectory(config=config)
+    coursedir.assignment_id = assignment
+    coursedir.student_id = student
+    converter = converter_class(coursedir=coursedir, config=config)
+    for name, value in traits.items():
+        setattr(converter, name, value)
+    converter.log.setLevel(logging.WARNING)
+    converter.start()
+
+
+def generate(root: Path, release: Path | None = None, names: Iterable[str] | None = None,
+             db_dir: Path | None = None) -> list[Path]:
+    """``nbgrader generate_assignment`` for each assignment into release (default exercises/).
+
+    The gradebook nbgrader insists on lives in db_dir (default: a temporary folder that is
+    removed afterwards). Stale assignment folders in the release folder are removed.
+    Returns the generated notebooks.
+    """
+    from nbgrader.converters import GenerateAssignment
+
+    names = list(names) if names is not None else assignments(root)
+    release = Path(release) if release is not None else root / "exercises"
+    release.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="nbgrader-db-") as tmp:
+        db = Path(db_dir or tmp) / "gradebook.db"
+        config = load_config(root, release_directory=str(release.resolve()),
+                             db_url=f"sqlite:///{db}")
+        for assignment in names:
+            _run(GenerateAssignment, config, assignment, force=True, create_assignment=True)
+    if names == assignments(root):
+        for folder in release.iterdir():
+            if folder.is_dir() and folder.name not in names:
+                shutil.rmtree(folder)
+    out = []
+    for assignment in names:
+        path = release / assignment / f"{assignment}.ipynb"
+        if not path.is_file():
+            raise SystemExit(f"nbgrader did not write {path}")
+        out.append(path)
+    return out
+
+
+def submissions(submitted: Path) -> dict[str, list[str]]:
+    """{assignment: [students]} for every submitted/<student>/<assignment>/ folder."""
+    found: dict[str, list[str]] = {}
+    if not submitted.is_dir():
+        return found
+    for student in sorted(p for p in submitted.iterdir() if p.is_dir()):
+        for assignment in sorted(p for p in student.iterdir() if p.is_dir()):
+            found.setdefault(assignment.name, []).append(student.name)
+    return found
+
+
+def autograde(root: Path, course: Path | None = None, csv: Path | None = None) -> Path | None:
+    """nbgrader autograde of every submission, then nbgrader export to CSV.
+
+    course: the folder that holds nbgrader's instructor-side folders (default: the
+    repository itself, i.e. the paths configured in nbgrader_config.py). The source
+    notebooks are always the repository's solutions/. Returns the CSV path (None when
+    there was nothing to grade).
+    """
+    from nbgrader.api import Gradebook
+    from nbgrader.converters import Autograde, GenerateAssignment
+    from nbgrader.plugins import CsvExportPlugin
+
+    course = Path(course).resolve() if course is not None else root
+    base = load_config(root)
+    cd = base.CourseDirectory
+    paths = {key: str(course / getattr(cd, key)) for key in
+             ("submitted_directory", "autograded_directory", "feedback_directory")}
+    db = course / cd.db_url[len("sqlite:///"):] if cd.db_url.startswith("sqlite:///") \
+        and not cd.db_url.startswith("sqlite:////") else None
+    db_url = f"sqlite:///{db}" if db is not None else cd.db_url
+    if db is not None:
+        db.parent.mkdir(parents=True, exist_ok=True)
+    config = load_config(root, source_directory=str(root / cd.source_directory),
+                         db_url=db_url, **paths)
+    config.CourseDirectory.root = str(course)
+
+    todo = submissions(Path(paths["submitted_directory"]))
+    known = set(assignments(root))
+    unknown = sorted(set(todo) - known)
+    if unknown:
+        print(f"warning: no solutions/ notebook for submitted assignment(s) {unknown}; skipped",
+              file=sys.stderr)
+    todo = {a: s for a, s in todo.items() if a in known}
+    if not todo:
+        print(f"nothing to grade: put submissions in "
+              f"{paths['submitted_directory']}/<student>/<assignment>/<assignment>.ipynb")
+        return None
+
+    with tempfile.TemporaryDirectory(prefix="nbgrader-release-") as tmp:
+        for assignment, students in sorted(todo.items()):
+            # record the assignment's grade cells in the gradebook (release copy thrown away)
+            config.CourseDirectory.release_directory = tmp
+            _run(GenerateAssignment, config, assignment, force=True, create_assignment=True)
+            print(f"autograding {assignment}: {len(students)} submission(s)", flush=True)
+            _run(Autograde, config, assignment, "*", force=True, create_student=True)
+
+    csv = Path(csv) if csv is not None else course / "instructor" / NBGRADER_CSV
+    csv.parent.mkdir(parents=True, exist_ok=True)
+    exporter = CsvExportPlugin(config=config)
+    exporter.to = str(csv)
+    with Gradebook(db_url, cd.course_id) as gb:
+        exporter.export(gb)
+    print(f"scores: {csv}")
+    return csv
+
+
+def scores(db_url: str, course_id: str | None = None) -> dict[tuple[str, str], tuple[float, float]]:
+    """{(student, assignment): (score, max_score)} from an nbgrader gradebook."""
+    from nbgrader.api import Gradebook
+
+    _nbgrader_env()
+    out = {}
+    with Gradebook(db_url, course_id) as gb:
+        for assignment in gb.assignments:
+            for submission in assignment.submissions:
+                out[(submission.student.id, assignment.name)] = (
+                    float(submission.score), float(submission.max_score))
+    return out
+
+
+# --------------------------------------------------------------------------- CLI
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.instructor.nbtools", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    gen = sub.add_parser("generate", help="regenerate exercises/ from solutions/ (make assignments)")
+    gen.add_argument("--release", help="write here instead of exercises/")
+    gen.add_argument("assignment", nargs="*", help="only these assignments")
+    head = sub.add_parser("headers", help="refresh the Colab badge and set-up cells from _config.yml")
+    head.add_argument("--check", action="store_true", help="only report notebooks out of date (exit 1)")
+    grade = sub.add_parser("autograde", help="nbgrader autograde + export (make autograde)")
+    grade.add_argument("--course", help="folder holding instructor/ (default: the repository)")
+    grade.add_argument("--csv", help=f"CSV destination (default: instructor/{NBGRADER_CSV})")
+    args = parser.parse_args(argv)
+    root = find_root()
+
+    if args.command == "headers":
+        changed = refresh_headers(root, check=args.check)
+        verb = "out of date" if args.check else "updated"
+        print(f"{verb}: {', '.join(changed)}" if changed else "header cells up to date")
+        return 1 if (args.check and changed) else 0
+    if args.command == "generate":
+        changed = refresh_headers(root)
+        if changed:
+            print(f"header cells updated from _config.yml: {', '.join(changed)}")
+        written = generate(root, Path(args.release) if args.release else None,
+                           args.assignment or None)
+        for path in written:
+            print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path}")
+        return 0
+    if args.command == "autograde":
+        autograde(root, args.course, args.csv)
+        return 0
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

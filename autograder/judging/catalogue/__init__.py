@@ -1,0 +1,48 @@
+"""What the grader knows about each question and the student must not: the correct answers
+(built from ``vitref``) and the catalogue of known mistakes. Never bundled into the sandbox.
+
+One module per chapter, next to :mod:`autograder.questions`' module of the same name; each
+calls :func:`add` for its questions.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from ..model import Mistake
+
+
+@dataclass
+class Entry:
+    references: Callable[[], list]                 # correct answers (any may match)
+    catalogue: Sequence[Mistake] = ()
+    reference_parts: Callable[[], Any] | None = None  # parts for composite catalogue answers
+
+
+_ENTRIES: dict[str, Entry] = {}
+
+
+def add(qid: str, references, catalogue=(), reference_parts=None) -> None:
+    if qid in _ENTRIES:
+        raise ValueError(f"duplicate catalogue entry {qid!r}")
+    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts)
+
+
+def entry(qid: str) -> Entry:
+    _load()
+    if qid not in _ENTRIES:
+        raise ValueError(f"no references or catalogue for question {qid!r}")
+    return _ENTRIES[qid]
+
+
+def _load() -> None:
+    from . import (  # noqa: F401
+        ch01_tokens,
+        ch02_positional_encoding,
+        ch03_attention,
+        ch04_multihead_attention,
+        ch05_blocks,
+        ch06_patch_embedding,
+        ch07_vit,
+        ch08_decoder,
+    )

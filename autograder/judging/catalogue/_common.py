@@ -1,0 +1,35 @@
+"""Helpers shared by the catalogues (grader side; vitref is imported on first use)."""
+from __future__ import annotations
+
+import importlib
+from types import SimpleNamespace
+
+import torch
+
+from ...questions.common import build_flexible, call_with_mask, first_if_tuple  # noqa: F401
+
+
+def vitref():
+    """The reference package, imported on first use."""
+    return importlib.import_module("vitref")
+
+
+def parts(**names):
+    """A ``reference_parts`` callable: name -> zero-argument factory evaluated on demand."""
+    def build():
+        return SimpleNamespace(**{name: factory() for name, factory in names.items()})
+    return build
+
+
+def mistaken_mask_softmax(scores, mask, mask_mode="fill", softmax_dim=-1, fill=float("-inf")):
+    """Attention weights from ``scores`` as a catalogue mistake computes them. ``mask_mode``:
+    ``"fill"`` (right: blocked = mask 0 gets ``fill``), ``"inverted"`` (fills where mask != 0),
+    ``"after"`` (zeroes weights after the softmax), anything else ignores the mask."""
+    if mask is not None and mask_mode == "fill":
+        scores = scores.masked_fill(mask == 0, fill)
+    elif mask is not None and mask_mode == "inverted":
+        scores = scores.masked_fill(mask != 0, fill)
+    weights = torch.softmax(scores, dim=softmax_dim)
+    if mask is not None and mask_mode == "after":
+        weights = weights * (mask != 0)
+    return weights

@@ -1,0 +1,95 @@
+"""The references and the catalogue of known mistakes of ch01_tokens (grader side)."""
+from __future__ import annotations
+
+
+import torch.nn.functional as F
+from einops import rearrange
+
+from ..model import Mistake
+from . import add
+from ._common import vitref
+from ...questions.ch01_tokens import (  # noqa: F401
+    EMBED_CASES,
+    PATCH_CASES,
+    _run_embed,
+    _run_patches,
+)
+
+
+def _pattern(pattern):
+    def build(parts):
+        def image_to_patches(images, patch_size):
+            return rearrange(images, pattern, s1=patch_size, s2=patch_size)
+        return image_to_patches
+    return build
+
+
+def _reshape_only(parts):
+    def image_to_patches(images, patch_size):
+        b, c, h, w = images.shape
+        return images.reshape(b, (h // patch_size) * (w // patch_size), -1)
+    return image_to_patches
+
+
+def _unfold_no_permute(parts):
+    def image_to_patches(images, patch_size):
+        b, c, h, w = images.shape
+        grid = images.unfold(2, patch_size, patch_size).unfold(3, patch_size, patch_size)  # (B, C, h, w, P, P)
+        return grid.reshape(b, (h // patch_size) * (w // patch_size), -1)
+    return image_to_patches
+
+
+PATCH_MISTAKES = [
+    Mistake("channels_first", "channels first inside each patch, (c s1 s2)",
+            "Flatten each patch as (s1 s2 c): pixels row by row, the C values of a pixel side by side "
+            "(pattern 'b c (h s1) (w s2) -> b (h w) (s1 s2 c)').",
+            _pattern("b c (h s1) (w s2) -> b (h w) (c s1 s2)")),
+    Mistake("transposed_patch", "pixels inside a patch taken column by column, (s2 s1 c)",
+            "Inside a patch go row by row: s1 (the row) before s2 (the column).",
+            _pattern("b c (h s1) (w s2) -> b (h w) (s2 s1 c)")),
+    Mistake("column_order", "patches numbered column by column, (w h)",
+            "Number the patches row by row, like reading text: (h w), not (w h).",
+            _pattern("b c (h s1) (w s2) -> b (w h) (s1 s2 c)")),
+    Mistake("interleaved", "strided pixels instead of contiguous blocks, (s1 h) (s2 w)",
+            "A patch is a block of neighbouring pixels: split H as (h s1), the patch index first.",
+            _pattern("b c (s1 h) (s2 w) -> b (h w) (s1 s2 c)")),
+    Mistake("unfold_no_permute", "unfold, then reshape without moving the channel axis",
+            "After unfold the tensor is (B, C, h, w, P, P): permute to (B, h, w, P, P, C) before reshaping "
+            "to (B, N, P*P*C).", _unfold_no_permute),
+    Mistake("reshape_only", "a plain reshape without moving the axes",
+            "reshape(B, N, -1) keeps the memory order (c, H, W), so a 'patch' mixes whole image rows; "
+            "move the axes first (einops rearrange or permute).",
+            _reshape_only),
+]
+
+add('patches', references=lambda: [vitref().image_to_patches], catalogue=PATCH_MISTAKES)
+
+
+def _embed_variant(fn):
+    def build(parts):
+        def embed(token_ids, weight):
+            return fn(token_ids, weight)
+        return embed
+    return build
+
+
+EMBED_MISTAKES = [
+    Mistake("one_hot_classes", "one_hot without num_classes",
+            "F.one_hot(ids) makes only max(ids)+1 columns; pass num_classes=V (weight.shape[0]) so the "
+            "one-hot rows match the V rows of W.",
+            _embed_variant(lambda ids, w: F.one_hot(ids).to(w.dtype) @ w)),
+    Mistake("off_by_one", "token ids shifted by one",
+            "Token id t selects row t of W (rows count from 0).",
+            _embed_variant(lambda ids, w: w[ids - 1])),
+    Mistake("transposed_weight", "one-hot times W transposed",
+            "W is (V, D): one_hot (..., V) @ W gives (..., D); do not transpose W.",
+            _embed_variant(lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w.T)),
+    Mistake("returns_one_hot", "returned the one-hot matrix",
+            "The one-hot matrix (..., V) is only the selector: multiply it by W to get (..., D).",
+            _embed_variant(lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype))),
+    Mistake("summed_tokens", "embeddings summed over the tokens",
+            "Keep one embedding per token: the result has the shape of token_ids plus D.",
+            _embed_variant(lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype).sum(-2) @ w)),
+]
+
+add('embedding_lookup', references=lambda: [vitref().one_hot_embedding], catalogue=EMBED_MISTAKES)

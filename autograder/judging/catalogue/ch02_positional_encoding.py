@@ -1,0 +1,122 @@
+"""The references and the catalogue of known mistakes of ch02_positional_encoding (grader side)."""
+from __future__ import annotations
+
+
+import numpy as np
+
+from ..model import Mistake
+from . import add
+from ._common import vitref
+from ...questions.ch02_positional_encoding import (  # noqa: F401
+    Q1_CASES,
+    _run_q1,
+)
+
+
+def _reference():
+    def getPositionEncoding(seq_len, d, n=10000):
+        return vitref().sinusoidal_encoding(seq_len, d, n)
+    return [getPositionEncoding]
+
+
+def _table(angle_fn, sin_first=True, halves=False, start=0):
+    """A wrong table built like the loops of the skeleton: ``angle_fn(k, i, d, n, column)``."""
+    def build(parts):
+        def getPositionEncoding(seq_len, d, n=10000):
+            P = np.zeros((seq_len, d))
+            for k in range(start, seq_len + start):
+                for i in np.arange(int(d / 2)):
+                    even_col, odd_col = (i, i + d // 2) if halves else (2 * i, 2 * i + 1)
+                    a_even = angle_fn(k, i, d, n, 2 * i)
+                    a_odd = angle_fn(k, i, d, n, 2 * i + 1)
+                    with np.errstate(divide="ignore", invalid="ignore"):
+                        P[k - start, even_col] = np.sin(a_even) if sin_first else np.cos(a_even)
+                        P[k - start, odd_col] = np.cos(a_odd) if sin_first else np.sin(a_odd)
+            return P
+        return getPositionEncoding
+    return build
+
+
+def _transposed(parts):
+    good = _table(lambda k, i, d, n, col: k / np.power(n, 2 * i / d))(parts)
+
+    def getPositionEncoding(seq_len, d, n=10000):
+        return good(seq_len, d, n).T
+    return getPositionEncoding
+
+
+def _sin_only(parts):
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(seq_len):
+            for i in np.arange(int(d / 2)):
+                denominator = np.power(n, 2 * i / d)
+                P[k, 2 * i] = np.sin(k / denominator)
+                P[k, 2 * i + 1] = np.sin(k / denominator)
+        return P
+    return getPositionEncoding
+
+
+def _index_i(parts):
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(seq_len):
+            for i in np.arange(int(d / 2)):
+                denominator = np.power(n, 2 * i / d)
+                P[k, i] = np.sin(k / denominator)
+                P[k, i + 1] = np.cos(k / denominator)
+        return P
+    return getPositionEncoding
+
+
+def _precedence(k, i, d, n, col):
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.float64(k) / (np.float64(n) ** 2 * i / d)
+
+
+Q1_MISTAKES = [
+    Mistake("sin_cos_swapped", "sine and cosine swapped",
+            "Even columns 2i hold the sine, odd columns 2i+1 the cosine (P[k, 0] = sin(k) = 0 for k = 0).",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * i / d), sin_first=False)),
+    Mistake("exponent_i_over_d", "exponent i/d instead of 2i/d",
+            "The denominator is n^(2i/d): the pair index i is doubled.",
+            _table(lambda k, i, d, n, col: k / np.power(n, i / d))),
+    Mistake("exponent_column_index", "exponent from the column index (2i+1 for the cosine)",
+            "Both columns of pair i share one frequency: use 2i/d for the sine and for the cosine.",
+            _table(lambda k, i, d, n, col: k / np.power(n, col / d))),
+    Mistake("exponent_doubled_twice", "exponent 4i/d: i doubled twice",
+            "i already counts pairs; the exponent is 2*i/d, not 2*(2*i)/d.",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * (2 * i) / d))),
+    Mistake("n_hardcoded", "n fixed at 10000",
+            "Use the argument n in the denominator (the slides' table uses n = 100).",
+            _table(lambda k, i, d, n, col: k / np.power(10000, 2 * i / d))),
+    Mistake("multiplied", "position multiplied by the denominator",
+            "The angle is k divided by n^(2i/d), not multiplied.",
+            _table(lambda k, i, d, n, col: k * np.power(n, 2 * i / d))),
+    Mistake("precedence", "n**2*i/d instead of n**(2*i/d)",
+            "Operator precedence: n**2*i/d means (n**2)*i/d; write np.power(n, 2*i/d) or n**(2*i/d).",
+            _table(_precedence)),
+    Mistake("precedence_power", "n**(2*i)/d instead of n**(2*i/d)",
+            "The whole fraction 2i/d is the exponent: np.power(n, 2*i/d).",
+            _table(lambda k, i, d, n, col: k / (np.power(float(n), 2 * i) / d))),
+    Mistake("halves", "sines in the first half of the columns, cosines in the second",
+            "Interleave: column 2i gets the sine and column 2i+1 the cosine of the same angle.",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * i / d), halves=True)),
+    Mistake("positions_from_one", "positions counted from 1",
+            "Row k is position k, starting at 0 (the first row is sin(0) = 0, cos(0) = 1).",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * i / d), start=1)),
+    Mistake("integer_division", "exponent 2*i//d: integer division",
+            "2*i//d is 0 for every pair (2i < d), so all columns get the same frequency; use 2*i/d.",
+            _table(lambda k, i, d, n, col: k / np.power(n, 2 * i // d))),
+    Mistake("sin_only", "sine in both columns of a pair",
+            "Column 2i+1 holds the cosine of the same angle: P[k, 2*i+1] = cos(k / denominator).",
+            _sin_only),
+    Mistake("index_i", "columns indexed i and i+1 instead of 2i and 2i+1",
+            "Pair i fills columns 2*i (sine) and 2*i+1 (cosine); with P[k, i] the pairs overwrite each other.",
+            _index_i),
+    Mistake("transposed", "table transposed, (d, seq_len)",
+            "Return one row per position: shape (seq_len, d).",
+            _transposed),
+]
+
+add('q1', references=_reference, catalogue=Q1_MISTAKES)

@@ -1,0 +1,386 @@
+"""The judge: compares probed outputs with ``vitref`` and names known mistakes (grader side).
+
+It trusts nothing from the student's process but plain arrays: inputs are rebuilt here, the
+parameter values are regenerated here (:func:`autograder.judging.params.student_params`), and every
+reference and every catalogue variant is computed here, in float64.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+
+from ..questions.base import Case, Question
+from ..student.probe import BadOutput, CaseFailure, ProbeCase, describe_exception
+from .catalogue import entry
+from .messages import compare, outputs_equal
+from .model import Result
+from .params import AlignmentError, P, TamperError, candidate_state_dicts, describe_params, student_params
+from .scan import describe as describe_shortcut
+
+MAX_CANDIDATES = 18
+
+
+# --------------------------------------------------------------------------- the judge-side recorder
+
+
+class NoMoreCandidates(Exception):
+    pass
+
+
+def module_params(module) -> list[P]:
+    from torch import nn
+
+    out = []
+    for name, param in module.named_parameters():
+        owner_name = name.rpartition(".")[0]
+        owner = module.get_submodule(owner_name) if owner_name else module
+        kind = ("linear" if isinstance(owner, nn.Linear) else
+                "conv" if isinstance(owner, nn.modules.conv._ConvNd) else type(owner).__name__)
+        out.append(P(name, tuple(param.shape), kind))
+    return out
+
+
+class JudgeCase(ProbeCase):
+    """``run_case``'s recorder in the grader: float64 inputs, the student's weights."""
+
+    mode = "judge"
+
+    def __init__(self, question: Question, case: Case, index: int, student_case: dict, candidate: int,
+                 verify: bool):
+        self.question, self.case, self.index = question, case, index
+        self.student_case, self.candidate, self.verify = student_case, candidate, verify
+        self.outputs, self.modules, self.notes, self.error = {}, [], {}, None
+        self.built = 0
+        self.candidates_seen = 1
+
+    def tensor(self, array):
+        import torch
+        array = np.array(array, copy=True)
+        if array.dtype.kind == "f":
+            array = array.astype(np.float64)
+        return torch.from_numpy(array)
+
+    def call(self, fn, *args, **kwargs):
+        return fn(*args, **kwargs)
+
+    def build(self, cls, *args, heads=None, head_width=None, record_tensors=False, **kwargs):
+        import torch
+
+        module = cls(*args, **kwargs)
+        module.eval()
+        module.double()
+        index = self.built
+        self.built += 1
+        records = self.student_case.get("modules") or []
+        if index >= len(records):
+            raise AlignmentError("the student's module was not built")
+        seed = int(self.case.params.get("seed", 0))
+        student, values = student_params(records[index], seed, index, verify=self.verify)
+        target = module_params(module)
+        states = _candidate_cache(self.question.id, target, student, values, heads, head_width,
+                                  records[index]["params"], seed, index)
+        self.candidates_seen = max(self.candidates_seen, len(states))
+        if self.candidate >= len(states):
+            raise NoMoreCandidates()
+        state = states[self.candidate]
+        with torch.no_grad():
+            for name, param in module.named_parameters():
+                param.copy_(torch.from_numpy(np.asarray(state[name], dtype=np.float64)))
+        return module
+
+    def check_new_params(self, module):
+        return None
+
+
+_STATE_CACHE: OrderedDict = OrderedDict()
+
+
+def _candidate_cache(qid, target, student, values, heads, head_width, record_params, seed, index):
+    key = (qid, tuple((p.name, p.shape) for p in target), tuple(map(lambda p: (p[0], tuple(p[1]), p[2]),
+                                                                   record_params)),
+           heads, head_width, seed, index)
+    if key in _STATE_CACHE:
+        _STATE_CACHE.move_to_end(key)
+        return _STATE_CACHE[key]
+    try:
+        states = list(candidate_state_dicts(target, student, values, heads, head_width, limit=MAX_CANDIDATES))
+    except AlignmentError as error:
+        states = []
+        failure = error
+    else:
+        failure = None
+    if failure is not None:
+        raise AlignmentError(f"{failure}. Your parameters: {describe_params(student)}; "
+                             f"expected: {describe_params(target)}")
+    _STATE_CACHE[key] = states
+    if len(_STATE_CACHE) > 256:
+        _STATE_CACHE.popitem(last=False)
+    return states
+
+
+def run_variant(question: Question, answer, case_index: int, student_case: dict, candidate: int = 0,
+                verify: bool = True) -> tuple[dict | None, dict | None, int]:
+    """Run ``answer`` (reference or catalogue entry) in the grader on one case.
+
+    Returns (outputs, error, number of parameter candidates). ``outputs`` is None with
+    ``error`` set when the answer raised; both None when the student's parameters cannot be
+    loaded into this answer's module (AlignmentError) or the candidates are exhausted.
+    """
+    import torch
+
+    case = question.cases[case_index]
+    recorder = JudgeCase(question, case, case_index, student_case, candidate, verify)
+    try:
+        with torch.no_grad():
+            question.run_case(answer, case, recorder)
+    except (NoMoreCandidates, AlignmentError, TamperError):
+        raise
+    except (BadOutput, CaseFailure) as error:
+        return None, {"type": type(error).__name__, "message": str(error), "where": ""}, recorder.candidates_seen
+    except Exception as error:
+        return None, describe_exception(error), recorder.candidates_seen
+    return recorder.outputs, None, recorder.candidates_seen
+
+
+_REF_CACHE: OrderedDict = OrderedDict()
+
+
+def _structure_key(student_case: dict):
+    return tuple(tuple((p[0], tuple(p[1]), p[2]) for p in m["params"]) for m in student_case.get("modules") or [])
+
+
+def reference_outputs(question: Question, case_index: int, student_case: dict, verify: bool = True):
+    """All acceptable reference outputs for a case: list of dicts (may be empty), and the
+    structural error message when the student's parameters fit no reference."""
+    key = (question.id, case_index, _structure_key(student_case))
+    if key in _REF_CACHE and not _needs_tensors(student_case):
+        _REF_CACHE.move_to_end(key)
+        return _REF_CACHE[key]
+    results, structural = [], None
+    for reference in entry(question.id).references():
+        candidate = 0
+        while candidate < MAX_CANDIDATES:
+            try:
+                outputs, error, count = run_variant(question, reference, case_index, student_case, candidate, verify)
+            except NoMoreCandidates:
+                break
+            except AlignmentError as error:
+                structural = structural or str(error)
+                break
+            if error is not None:
+                raise RuntimeError(f"reference for {question.id} failed on case {case_index}: {error}")
+            results.append(outputs)
+            candidate += 1
+            if count <= candidate:
+                break
+    value = (results, structural)
+    if not _needs_tensors(student_case):
+        _REF_CACHE[key] = value
+        if len(_REF_CACHE) > 512:
+            _REF_CACHE.popitem(last=False)
+    return value
+
+
+def _needs_tensors(student_case: dict) -> bool:
+    return any(m.get("tensors") for m in student_case.get("modules") or [])
+
+
+# --------------------------------------------------------------------------- mistakes
+
+
+def mistake_answers(question: Question, parts=None):
+    """(mistake, wrong answer) for every catalogue entry (and its ``also`` forms), built with
+    the grader's parts."""
+    catalogue = entry(question.id)
+    if parts is None and catalogue.reference_parts is not None:
+        parts = catalogue.reference_parts()
+    for mistake in catalogue.catalogue:
+        for answer in mistake.answers(parts):
+            yield mistake, answer
+
+
+def _same_error(a: dict | None, b: dict | None) -> bool:
+    return bool(a and b and a.get("type") == b.get("type") and a.get("message") == b.get("message"))
+
+
+def match_mistake(question: Question, data: dict, verify: bool = True):
+    """The first catalogue entry whose outputs equal the student's on every case, or None."""
+    for mistake, answer in mistake_answers(question):
+        if _matches(question, answer, data, verify):
+            return mistake
+    return None
+
+
+def _matches(question, answer, data, verify) -> bool:
+    """A catalogue answer matches when, on every case, it returns the student's outputs or
+    raises where the student's code raised; and either some outputs agreed or every
+    exception is identical in type and message (so "raises everywhere" alone names nothing)."""
+    outputs_agreed, messages_identical = 0, True
+    for index, student_case in enumerate(data["cases"]):
+        agreed = False
+        candidate = 0
+        while candidate < MAX_CANDIDATES:
+            try:
+                outputs, error, count = run_variant(question, answer, index, student_case, candidate, verify)
+            except (NoMoreCandidates, AlignmentError):
+                break
+            student_error = student_case.get("error")
+            if student_error:
+                # both raised: validators may word the same shape error differently
+                agreed = bool(error)
+                if agreed and not _same_error(student_error, error):
+                    messages_identical = False
+            else:
+                agreed = outputs is not None and outputs_equal(student_case["outputs"], outputs)
+                if agreed:
+                    outputs_agreed += 1
+            if agreed:
+                break
+            candidate += 1
+            if count <= candidate:
+                break
+        if not agreed:
+            return False
+    return outputs_agreed > 0 or messages_identical
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+def _error_text(error: dict, question: Question) -> str:
+    kind = error.get("type")
+    if kind in ("BadOutput", "CaseFailure"):
+        return error["message"]
+    if kind == "ForbiddenCall":
+        return f"your code called a forbidden function: {error['message']}"
+    where = f" ({error['where']})" if error.get("where") else ""
+    message = error.get("message", "")
+    if kind == "NotImplementedError" and not message:
+        return f"this answer is not written yet: it still raises NotImplementedError{where}"
+    return f"your code raised {kind}" + (f": {message}" if message else "") + where
+
+
+def judge(question: Question, data: dict, static_hits=(), verify: bool = True) -> Result:
+    """Verdict on probe output ``data`` (from :func:`autograder.student.probe.probe`)."""
+    from ..student.probe import single_thread
+
+    with single_thread():
+        return _judge(question, data, static_hits, verify)
+
+
+def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
+    qid, points = question.id, float(question.points)
+
+    def fail(text, mistake=None):
+        return Result(qid, False, 0.0, points, f"{question.title}: not yet. {text}", mistake)
+
+    if data.get("fatal"):
+        return fail(data["fatal"])
+    hits = list(dict.fromkeys(getattr(h, "key", h) for h in static_hits))
+    if hits:
+        details = [h.where for h in static_hits if getattr(h, "where", None)]
+        text = "; ".join(f"your {question.answer_name} {describe_shortcut(key)}" for key in hits)
+        if details:
+            text += f" (found: {details[0]})"
+        return fail("Not accepted: " + text + ".", mistake="shortcut")
+    cases = data.get("cases") or []
+    forbidden = [c["error"] for c in cases if isinstance(c, dict) and (c.get("error") or {}).get("type") == "ForbiddenCall"]
+    if forbidden:
+        return fail(f"Not accepted: your {question.answer_name} called a function this exercise forbids "
+                    f"({forbidden[0].get('message', '')}).", mistake="shortcut")
+    if len(cases) != len(question.cases):
+        return fail("the checker could not run your answer on all inputs.")
+    if verify:
+        try:
+            verify_parameters(question, cases)
+        except TamperError as error:
+            return fail(f"Not accepted: {error}.", mistake="tamper")
+        verify = False                          # checked once here; the caches below rely on it
+    problems = []
+    try:
+        for index, (case, student_case) in enumerate(zip(question.cases, cases)):
+            if student_case.get("error"):
+                problems.append((case, _error_text(student_case["error"], question)))
+                continue
+            references, structural = reference_outputs(question, index, student_case, verify)
+            if not references:
+                problems.append((case, f"your module's parameters do not fit the exercise: {structural}"))
+                continue
+            messages = []
+            for reference in references:
+                message = _compare_outputs(question, case, student_case["outputs"], reference)
+                if message is None:
+                    break
+                messages.append(message)
+            else:
+                problems.append((case, messages[0]))
+    except TamperError as error:
+        return fail(f"Not accepted: {error}.", mistake="tamper")
+    if not problems:
+        return Result(qid, True, points, points,
+                      f"{question.title}: correct ({len(question.cases)} input sets checked).")
+    case, message = problems[0]
+    text = f"On input {case.label}: {message}."
+    if len(problems) > 1:
+        text += f" ({len(problems)} of {len(question.cases)} input sets fail.)"
+    mistake = None
+    try:
+        mistake = match_mistake(question, data, verify)
+    except TamperError:
+        mistake = None
+    if mistake is not None:
+        text = f"Looks like a known mistake: {mistake.title}. {mistake.hint} " + text
+    return fail(text, mistake=mistake.key if mistake else None)
+
+
+def verify_parameters(question: Question, cases: list) -> None:
+    """Every parameter the probe reports must hold the value the checker wrote into it
+    (regenerated here). Done before any cached reference is used."""
+    for case, student_case in zip(question.cases, cases):
+        seed = int(case.params.get("seed", 0))
+        for index, record in enumerate(student_case.get("modules") or []):
+            student_params(record, seed, index, verify=True)
+
+
+def _compare_outputs(question: Question, case: Case, got: dict, expected: dict) -> str | None:
+    for name, value in expected.items():
+        if name not in got:
+            return f"no {name} was returned"
+        message = compare(name, got[name], value, case, question.outputs.get(name, ""))
+        if message:
+            return message
+    return None
+
+
+def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> Result:
+    """The verdict on one question of a submission run by a host (:mod:`autograder.hosts.driver`):
+    what the student's process sent for it, the static scan of the notebook's ``cells``,
+    and the instructor's flags (:func:`autograder.judging.scan.suspicious`)."""
+    import dataclasses
+
+    from .scan import scan_source, suspicious
+
+    points = float(question.points)
+    if flags is None:
+        try:
+            flags = suspicious(cells)
+        except Exception:  # noqa: BLE001 - flags are advice, never a reason to fail grading
+            flags = []
+    got = outcome.probes.get(question.id)
+    if got is None:
+        result = Result(question.id, False, 0.0, points, outcome.missing_reason(question))
+    elif "unavailable" in got:
+        result = Result(question.id, False, 0.0, points, f"{question.title}: {got['unavailable']}")
+    else:
+        try:
+            hits = scan_source(cells, question.answer_name, question.forbidden)
+        except Exception:  # noqa: BLE001 - the scan must never block a grade
+            hits = []
+        try:
+            result = judge(question, got["data"], static_hits=hits)
+        except Exception as error:  # noqa: BLE001 - a malformed probe result is a zero, not a crash
+            result = Result(question.id, False, 0.0, points,
+                            f"{question.title}: the answer's outputs could not be read "
+                            f"({type(error).__name__}: {str(error)[:200]})")
+    return dataclasses.replace(result, flags=tuple(flags))

@@ -1,0 +1,79 @@
+"""Comparing outputs and saying what differs, with shapes named ("(2, 5, 8) = (B, T, d_v)")."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..questions.base import Case
+
+RTOL = 1e-4
+ATOL = 1e-4          # relative to the largest expected magnitude (at least 1)
+
+
+def describe_shape(shape, dims) -> str:
+    shape = tuple(int(s) for s in shape)
+    text = "(" + ", ".join(str(s) for s in shape) + ("," if len(shape) == 1 else "") + ")"
+    names = [dims.get(s) for s in shape]
+    if shape and all(names) and len(set(shape)) == len(shape):
+        text += " = (" + ", ".join(names) + ")"
+    return text
+
+
+def _fmt(x) -> str:
+    if isinstance(x, (bool, np.bool_)):
+        return str(bool(x))
+    x = float(x)
+    if np.isnan(x) or np.isinf(x):
+        return str(x)
+    return f"{x:.4g}"
+
+
+def compare(name: str, got, expected, case: Case, shape_words: str = "") -> str | None:
+    """None when ``got`` matches ``expected``, else a message with names and numbers."""
+    if got is None:
+        return f"no {name} was returned"
+    expected = np.asarray(expected)
+    got = np.asarray(got)
+    if got.shape != expected.shape:
+        words = f" = {shape_words}" if shape_words and "=" not in describe_shape(expected.shape, case.dims) else ""
+        return (f"expected {name} of shape {describe_shape(expected.shape, case.dims)}{words}, "
+                f"got {describe_shape(got.shape, case.dims)}")
+    e = expected.astype(np.float64)
+    g = got.astype(np.float64)
+    if expected.size == 0:
+        return None
+    nan_got, nan_exp = np.isnan(g), np.isnan(e)
+    if (nan_got & ~nan_exp).any():
+        index = tuple(int(i) for i in np.argwhere(nan_got & ~nan_exp)[0])
+        return (f"{name} contains NaN (first at index {index}, where {_fmt(e[index])} was expected)")
+    finite = ~nan_exp
+    scale = max(1.0, float(np.max(np.abs(np.where(np.isfinite(e), e, 0.0)), initial=0.0)))
+    with np.errstate(invalid="ignore"):
+        diff = np.abs(np.where(finite, g, 0.0) - np.where(finite, e, 0.0))
+        same_inf = np.isinf(e) & (g == e)
+        diff = np.where(same_inf, 0.0, diff)
+        bad = diff > ATOL * scale + RTOL * np.abs(np.where(np.isfinite(e), e, 0.0))
+    bad |= nan_exp & ~nan_got
+    if not bad.any():
+        return None
+    if e.ndim == 0:
+        return f"expected {name} {_fmt(e)}, got {_fmt(g)}"
+    index = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, diff, -1))), e.shape))
+    count = int(bad.sum())
+    return (f"{name}{list(index)} should be {_fmt(e[index])}, got {_fmt(g[index])} "
+            f"({count} of {e.size} values differ, largest difference {_fmt(np.max(np.where(bad, diff, 0)))})")
+
+
+def outputs_equal(a: dict, b: dict) -> bool:
+    if set(a) != set(b):
+        return False
+    for key in a:
+        x, y = np.asarray(a[key], dtype=np.float64), np.asarray(b[key], dtype=np.float64)
+        if x.shape != y.shape:
+            return False
+        scale = max(1.0, float(np.max(np.abs(np.where(np.isfinite(y), y, 0.0)), initial=0.0)))
+        with np.errstate(invalid="ignore"):
+            if not np.allclose(x, y, rtol=RTOL, atol=ATOL * scale, equal_nan=True):
+                return False
+    return True
+
+

@@ -1,0 +1,61 @@
+"""The data of a question: what is asked, for how many points, on which inputs, and how the
+answer is called (the *probe recipe*, ``run_case``).
+
+A :class:`Question` holds no reference code and no catalogue of mistakes (those live on the
+grader's side, in :mod:`autograder.judging.catalogue`), so this package runs beside student
+code in the grading sandbox. ``run_case(answer, case, recorder)`` is called twice:
+
+* in the student's process, by :class:`autograder.student.probe.ProbeCase`, with the
+  student's answer and the inputs the grader drew for this run (plain arrays);
+* in the grader's process, by :mod:`autograder.judging.judge`, with each reference and each
+  catalogued mistake, on the same inputs in float64 and with the student's parameters.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input set. ``params`` is plain data read by ``run_case``; ``dims`` maps a size to
+    its name for messages ("(2, 5, 8) = (B, T, d_v)"): pick distinct sizes."""
+
+    label: str
+    params: Mapping[str, Any]
+    dims: Mapping[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class Question:
+    id: str
+    chapter: str
+    title: str
+    points: float
+    answer_name: str
+    kind: str                                  # "function" or "class"
+    signature: str                             # what the answer looks like, for messages and docs
+    cases: Sequence[Case]
+    run_case: Callable[[Any, Case, Any], None]  # (answer, case, recorder): probe and judge share it
+    forbidden: tuple[str, ...] = ()            # keys of autograder.student.forbidden.FORBIDDEN
+    skeleton: str = ""                         # the starter code with blanks, as the notebooks show it
+    outputs: Mapping[str, str] = field(default_factory=dict)  # output name -> shape in words, e.g. "(B, T, d_v)"
+
+    def __repr__(self) -> str:
+        return f"<Question {self.id} ({self.chapter}): {self.title}, {self.points} points>"
+
+
+_REGISTRY: dict[str, Question] = {}
+
+
+def register(question: Question) -> Question:
+    if question.id in _REGISTRY:
+        raise ValueError(f"duplicate question id {question.id!r}")
+    _REGISTRY[question.id] = question
+    return question
+
+
+def registry() -> dict[str, Question]:
+    """Every question, in course order (importing :mod:`autograder.questions` registers them)."""
+    from . import ch01_tokens  # noqa: F401  (the package imports every chapter)
+    return _REGISTRY

@@ -1,0 +1,287 @@
+"""Chapter 5, blocks: the slides' Q6 (ResidualAdd), Q7 (FeedForwardBlock and
+TransformerEncoderBlock), LayerNorm from scratch, and the post-LN encoder block.
+
+Skeletons (the slides' Q6 and Q7)::
+
+    class ResidualAdd(nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, x, **kwargs):
+            # Q6. the residual sum of x and self.fn(x) (pass **kwargs on to fn)
+            return x
+
+    class FeedForwardBlock(nn.Sequential):
+        def __init__(self, emb_size, expansion=4, drop_p=0.):
+            super().__init__(
+                nn.Linear(...),          # Q7. emb_size -> expansion * emb_size
+                nn.GELU(),
+                nn.Dropout(drop_p),
+                nn.Linear(...),          # Q7. expansion * emb_size -> emb_size
+            )
+
+    class TransformerEncoderBlock(nn.Sequential):
+        def __init__(self, emb_size=768, drop_p=0., forward_expansion=4, forward_drop_p=0., **kwargs):
+            super().__init__(
+                ResidualAdd(nn.Sequential(...)),   # Q7. LayerNorm, MultiHeadAttention(emb_size, **kwargs), Dropout
+                ResidualAdd(nn.Sequential(...)),   # Q7. LayerNorm, FeedForwardBlock, Dropout
+            )
+
+The checker builds ``TransformerEncoderBlock(emb_size=E, num_heads=h, forward_expansion=x)``:
+with the slides' ``**kwargs`` signature ``num_heads`` reaches the attention.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from . import inputs as I
+from .base import Case, Question, register
+from .common import build_flexible, first_if_tuple
+
+# --------------------------------------------------------------------------- Q6 residual
+
+
+class Sublayer(nn.Module):
+    """The ``fn`` the checker wraps: ``scale * tanh(Linear(x))``; takes a keyword argument."""
+
+    def __init__(self, dim):
+        super().__init__()
+        self.linear = nn.Linear(dim, dim)
+
+    def forward(self, x, scale=1.0):
+        return scale * torch.tanh(self.linear(x))
+
+
+Q6_CASES = [
+    Case("ResidualAdd(fn) with fn a (6 -> 6) layer, x (2, 4, 6)", {"D": 6, "x": (2, 4, 6), "seed": 81},
+         {2: "B", 4: "N", 6: "D"}),
+    Case("ResidualAdd(fn), x (1, 3, 5), called with the keyword argument scale=2.0",
+         {"D": 5, "x": (1, 3, 5), "seed": 82, "kwargs": {"scale": 2.0}}, {1: "B", 3: "N", 5: "D"}),
+]
+
+
+def _run_q6(answer, case, rec):
+    p = case.params
+    fn = Sublayer(p["D"])
+    module = rec.build(answer, fn)
+    x = rec.tensor(I.randn(p["x"], p["seed"]))
+    x_before = x.clone()
+    out = rec.call(module, x, **p.get("kwargs", {}))
+    rec.output("out", out)
+    if not torch.equal(x, x_before):
+        rec.note("input_modified", True)
+
+register(Question(
+    id="q6",
+    chapter="05_blocks",
+    title="Q6 residual connection (ResidualAdd)",
+    points=1,
+    answer_name="ResidualAdd",
+    kind="class",
+    signature="ResidualAdd(fn); forward(x, **kwargs) -> x + fn(x, **kwargs)",
+    cases=Q6_CASES,
+    run_case=_run_q6,
+    outputs={"out": "the shape of x"},
+    skeleton='''class ResidualAdd(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x, **kwargs):
+        \'\'\'Q6.
+        Fill Here.
+        Define the forward function as the residual sum of x and x after applying self.fn()\'\'\'
+        return x
+''',
+))
+
+# --------------------------------------------------------------------------- Q7 feed-forward
+
+Q7_CASES = [
+    Case("FeedForwardBlock(8) (expansion 4), x (2, 3, 8)", {"E": 8, "expansion": None, "x": (2, 3, 8), "seed": 91},
+         {2: "B", 3: "N", 8: "emb_size", 32: "expansion*emb_size"}),
+    Case("FeedForwardBlock(6, expansion=2), x (1, 5, 6)", {"E": 6, "expansion": 2, "x": (1, 5, 6), "seed": 92},
+         {1: "B", 5: "N", 6: "emb_size", 12: "expansion*emb_size"}),
+    Case("FeedForwardBlock(4, expansion=3), x (3, 2, 4)", {"E": 4, "expansion": 3, "x": (3, 2, 4), "seed": 93},
+         {3: "B", 2: "N", 4: "emb_size", 12: "expansion*emb_size"}),
+]
+
+
+def _run_q7(answer, case, rec):
+    p = case.params
+    if p["expansion"] is None:
+        module = rec.build(answer, p["E"])
+    else:
+        module = build_flexible(rec, answer, (p["E"], p["expansion"]), {"emb_size": p["E"], "expansion": p["expansion"]})
+    x = rec.tensor(I.randn(p["x"], p["seed"], scale=2.0))
+    out = rec.call(module, x)
+    rec.check_new_params(module)
+    rec.output("out", out)
+
+register(Question(
+    id="q7",
+    chapter="05_blocks",
+    title="Q7 feed-forward block (FeedForwardBlock)",
+    points=1,
+    answer_name="FeedForwardBlock",
+    kind="class",
+    signature="FeedForwardBlock(emb_size, expansion=4, drop_p=0.); forward(x (..., E)) -> (..., E)",
+    cases=Q7_CASES,
+    run_case=_run_q7,
+    outputs={"out": "(B, N, emb_size)"},
+    skeleton='''class FeedForwardBlock(nn.Sequential):
+    def __init__(self, emb_size: int, expansion: int = 4, drop_p: float = 0.):
+        #Q7. Fill the input and output dimensions of the linear layer.
+        #The hidden dimension is expanded by the expansion parameter.
+        super().__init__(
+            nn.Linear(...),
+            nn.GELU(),
+            nn.Dropout(drop_p),
+            nn.Linear(...),
+        )
+''',
+))
+
+# --------------------------------------------------------------------------- Q7 encoder block
+
+BLOCK_CASES = [
+    Case("TransformerEncoderBlock(emb_size=8, num_heads=2), x (3, 5, 8)",
+         {"E": 8, "h": 2, "expansion": None, "x": (3, 5, 8), "seed": 101}, {3: "B", 5: "N", 8: "E"}),
+    Case("TransformerEncoderBlock(emb_size=12, num_heads=3, forward_expansion=2), x (1, 4, 12)",
+         {"E": 12, "h": 3, "expansion": 2, "x": (1, 4, 12), "seed": 102}, {1: "B", 4: "N", 12: "E"}),
+]
+
+
+def _run_block(answer, case, rec, norm_first=True):
+    p = case.params
+    kwargs = {"emb_size": p["E"], "num_heads": p["h"]}
+    if p["expansion"] is not None:
+        kwargs["forward_expansion"] = p["expansion"]
+    args = (p["E"], p["h"]) if p["expansion"] is None else (p["E"], p["h"], p["expansion"])
+    module = build_flexible(rec, answer, args, kwargs, heads=p["h"], head_width=p["E"])
+    x = rec.tensor(I.randn(p["x"], p["seed"]))
+    out = first_if_tuple(rec.call(module, x))
+    rec.check_new_params(module)
+    rec.output("out", out)
+
+register(Question(
+    id="q7b",
+    chapter="05_blocks",
+    title="Q7 transformer encoder block (TransformerEncoderBlock)",
+    points=2,
+    answer_name="TransformerEncoderBlock",
+    kind="class",
+    signature="TransformerEncoderBlock(emb_size=768, drop_p=0., forward_expansion=4, forward_drop_p=0., "
+              "**kwargs (num_heads)); forward(x (B, N, E)) -> (B, N, E)",
+    cases=BLOCK_CASES,
+    run_case=_run_block,
+    forbidden=("attention",),
+    outputs={"out": "(B, N, E)"},
+    skeleton='''class TransformerEncoderBlock(nn.Sequential):
+    def __init__(self,
+                 emb_size: int = 768,
+                 drop_p: float = 0.,
+                 forward_expansion: int = 4,
+                 forward_drop_p: float = 0.,
+                 **kwargs):
+        super().__init__(
+            ResidualAdd(nn.Sequential(
+                \'\'\'Fill Here.\'\'\'   # LayerNorm, MultiHeadAttention(emb_size, **kwargs), Dropout
+            )),
+            ResidualAdd(nn.Sequential(
+                \'\'\'Fill Here.\'\'\'   # LayerNorm, FeedForwardBlock(emb_size, forward_expansion, forward_drop_p), Dropout
+            ))
+        )
+''',
+))
+
+# --------------------------------------------------------------------------- LayerNorm
+
+LN_CASES = [
+    Case("LayerNorm(8), x (2, 5, 8) with mean 3", {"dim": 8, "eps": None, "x": (2, 5, 8), "seed": 111,
+                                                   "scale": 2.0, "offset": 3.0}, {2: "B", 5: "N", 8: "dim"}),
+    Case("LayerNorm(6, eps=1e-3), x (3, 6) with tiny variance", {"dim": 6, "eps": 1e-3, "x": (3, 6), "seed": 112,
+                                                                 "scale": 0.03, "offset": 0.0}, {3: "B", 6: "dim"}),
+    Case("LayerNorm(5), x (1, 4, 5) with a constant row", {"dim": 5, "eps": None, "x": (1, 4, 5), "seed": 113,
+                                                          "scale": 1.0, "offset": 0.0, "constant_row": True},
+         {1: "B", 4: "N", 5: "dim"}),
+]
+
+
+def _run_ln(answer, case, rec):
+    p = case.params
+    if p["eps"] is None:
+        module = rec.build(answer, p["dim"])
+    else:
+        module = build_flexible(rec, answer, (p["dim"], p["eps"]), {"dim": p["dim"], "eps": p["eps"]})
+    x = I.randn(p["x"], p["seed"], p["scale"], p["offset"])
+    if p.get("constant_row"):
+        x[0, 2, :] = 7.0
+    out = rec.call(module, rec.tensor(x))
+    rec.output("out", out)
+
+
+register(Question(
+    id="layernorm",
+    chapter="05_blocks",
+    title="LayerNorm from scratch",
+    points=2,
+    answer_name="LayerNorm",
+    kind="class",
+    signature="LayerNorm(dim, eps=1e-5) with parameters weight, bias; forward(x (..., dim))",
+    cases=LN_CASES,
+    run_case=_run_ln,
+    forbidden=("layer_norm",),
+    outputs={"out": "the shape of x"},
+    skeleton='''class LayerNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        # x: (..., dim); normalise every vector along the last axis
+        mean = ...
+        var = ...       # the biased variance (divide by dim)
+        return ...
+''',
+))
+
+# --------------------------------------------------------------------------- post-LN block
+
+POST_CASES = [
+    Case("PostLNEncoderBlock(emb_size=8, num_heads=2), x (3, 5, 8)",
+         {"E": 8, "h": 2, "expansion": None, "x": (3, 5, 8), "seed": 121}, {3: "B", 5: "N", 8: "E"}),
+    Case("PostLNEncoderBlock(emb_size=12, num_heads=3, forward_expansion=2), x (1, 4, 12)",
+         {"E": 12, "h": 3, "expansion": 2, "x": (1, 4, 12), "seed": 122}, {1: "B", 4: "N", 12: "E"}),
+]
+
+register(Question(
+    id="post_ln_block",
+    chapter="05_blocks",
+    title="Post-LN encoder block",
+    points=2,
+    answer_name="PostLNEncoderBlock",
+    kind="class",
+    signature="PostLNEncoderBlock(emb_size, num_heads, forward_expansion=4); forward(x (B, N, E)) -> (B, N, E)",
+    cases=POST_CASES,
+    run_case=_run_block,
+    forbidden=("attention",),
+    outputs={"out": "(B, N, E)"},
+    skeleton='''class PostLNEncoderBlock(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
+        super().__init__()
+        self.attn = MultiHeadAttention(emb_size, num_heads)
+        self.norm1 = nn.LayerNorm(emb_size)
+        self.mlp = FeedForwardBlock(emb_size, expansion=forward_expansion)
+        self.norm2 = nn.LayerNorm(emb_size)
+
+    def forward(self, x):
+        # x: (B, N, emb_size); post-LN: normalise after each residual sum
+        ...
+        return x
+''',
+))

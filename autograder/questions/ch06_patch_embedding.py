@@ -1,0 +1,239 @@
+"""Chapter 6, patch embedding: the slides' Q2-Q4 (one PatchEmbedding class, three blanks)
+and the Conv2d patch embedding.
+
+Q2, Q3 and Q4 each check one part of the *same* class, so they also pass on the final
+version of the notebook (and Q2/Q3 on the earlier versions, built without ``img_size``):
+
+* q2: ``module.projection(images)`` is Rearrange('b c (h s1) (w s2) -> b (h w) (s1 s2 c)') + Linear;
+* q3: ``module(images)`` starts with the class token, repeated for every image of the batch
+  (positions may already be added: none, the sinusoidal table or the learned one);
+* q4: ``module(images)`` adds the sinusoidal table ``getPositionEncoding(N + 1, emb_size)``.
+
+Skeleton (the slides' Q2-Q4)::
+
+    class PatchEmbedding(nn.Module):
+        def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
+            self.patch_size = patch_size
+            super().__init__()
+            self.projection = nn.Sequential(
+                # Q2. break-down the image in s1 x s2 patches and flat them,
+                # then project the dimension to the emb_size.
+                Rearrange('b c (h s1) (w s2) -> ...', s1=patch_size, s2=patch_size),
+                nn.Linear(..., ...)
+            )
+            self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size))
+            self.learnable_positions = nn.Parameter(torch.randn((img_size // patch_size) ** 2 + 1, emb_size))
+            # Q4. the positional embedding from getPositionEncoding: fill in its parameters
+            self.sinusoids_positions = torch.from_numpy(getPositionEncoding(...)).float()
+
+        def forward(self, x):
+            b = x.shape[0]
+            x = self.projection(x)
+            # Q3. the cls_token repeated as much as the batch size
+            cls_tokens = repeat(self.cls_token, '...', b=b)
+            x = torch.cat([cls_tokens, x], dim=1)
+            x += self.sinusoids_positions
+            return x
+"""
+from __future__ import annotations
+
+
+from . import inputs as I
+from .base import Case, Question, register
+from .common import build_flexible
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+def _build_patch_embedding(rec, answer, p, need_img_size=False):
+    """PatchEmbedding(in_channels, patch_size, emb_size, img_size); the earlier versions of the
+    class (before Q4) take no img_size; other parameter names get the values positionally."""
+    kwargs = {"in_channels": p["C"], "patch_size": p["P"], "emb_size": p["E"]}
+    args = (p["C"], p["P"], p["E"])
+    try:
+        return build_flexible(rec, answer, args + (p["img"],), {**kwargs, "img_size": p["img"]})
+    except TypeError as error:
+        if need_img_size or ("img_size" not in str(error) and "positional argument" not in str(error)):
+            raise
+    return build_flexible(rec, answer, args, kwargs)
+
+
+def _images(rec, p):
+    return rec.tensor(I.randn((p["B"], p["C"], p["img"], p["img"]), p["seed"]))   # (B, C, H, W)
+
+
+def _dims(p):
+    n = (p["img"] // p["P"]) ** 2
+    dims = {p["B"]: "B", n: "N", p["E"]: "emb_size", p["P"] * p["P"] * p["C"]: "P*P*C"}
+    dims.setdefault(n + 1, "N+1")
+    return dims
+
+
+def _case(label, **p):
+    return Case(label, p, _dims(p))
+
+
+# --------------------------------------------------------------------------- q2 projection
+
+Q2_CASES = [
+    _case("PatchEmbedding(in_channels=3, patch_size=4, emb_size=10), images (2, 3, 8, 8)",
+          C=3, P=4, E=10, img=8, B=2, seed=131),
+    _case("PatchEmbedding(in_channels=1, patch_size=2, emb_size=6), images (1, 1, 6, 6)",
+          C=1, P=2, E=6, img=6, B=1, seed=132),
+    _case("PatchEmbedding(in_channels=2, patch_size=2, emb_size=6), images (3, 2, 4, 4)",
+          C=2, P=2, E=6, img=4, B=3, seed=133),
+]
+
+
+def _run_q2(answer, case, rec):
+    p = case.params
+    module = _build_patch_embedding(rec, answer, p)
+    out = rec.call(module.projection, _images(rec, p))
+    rec.output("patch_embeddings", out)
+
+register(Question(
+    id="q2",
+    chapter="06_patch_embedding",
+    title="Q2 patch embedding projection (Rearrange + Linear)",
+    points=2,
+    answer_name="PatchEmbedding",
+    kind="class",
+    signature="PatchEmbedding(in_channels, patch_size, emb_size[, img_size]); .projection(images) -> (B, N, E)",
+    cases=Q2_CASES,
+    run_case=_run_q2,
+    outputs={"patch_embeddings": "(B, N, emb_size)"},
+    skeleton='''class PatchEmbedding(nn.Module):
+    def __init__(self, in_channels: int = 3, patch_size: int = 16, emb_size: int = 768):
+        self.patch_size = patch_size
+        super().__init__()
+        self.projection = nn.Sequential(
+            # Q2. Fill in the blanks below.
+            # The layer should perform
+            # break-down the image in s1 x s2 patches and flat them
+            # The linear layer should project the dimension to the emb_size.
+            Rearrange('b c (h s1) (w s2) -> ', s1=patch_size, s2=patch_size),
+            nn.Linear( , )
+        )
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = self.projection(x)
+        return x
+''',
+))
+
+
+# --------------------------------------------------------------------------- q3 class token
+
+Q3_CASES = [
+    _case("PatchEmbedding(in_channels=3, patch_size=4, emb_size=10, img_size=8), images (1, 3, 8, 8)",
+          C=3, P=4, E=10, img=8, B=1, seed=141),
+    _case("PatchEmbedding(in_channels=3, patch_size=4, emb_size=10, img_size=8), images (3, 3, 8, 8)",
+          C=3, P=4, E=10, img=8, B=3, seed=142),
+    _case("PatchEmbedding(in_channels=1, patch_size=2, emb_size=6, img_size=6), images (2, 1, 6, 6)",
+          C=1, P=2, E=6, img=6, B=2, seed=143),
+]
+
+
+def _run_tokens(answer, case, rec, need_img_size=False):
+    p = case.params
+    module = _build_patch_embedding(rec, answer, p, need_img_size=need_img_size)
+    out = rec.call(module, _images(rec, p))
+    rec.check_new_params(module)
+    rec.output("tokens", out)
+
+
+def _run_q3(answer, case, rec):
+    _run_tokens(answer, case, rec)
+
+register(Question(
+    id="q3",
+    chapter="06_patch_embedding",
+    title="Q3 class token (repeat per batch)",
+    points=1,
+    answer_name="PatchEmbedding",
+    kind="class",
+    signature="PatchEmbedding(in_channels, patch_size, emb_size[, img_size]); forward(images) -> (B, N+1, E)",
+    cases=Q3_CASES,
+    run_case=_run_q3,
+    outputs={"tokens": "(B, N+1, emb_size)"},
+    skeleton='''def forward(self, x: Tensor) -> Tensor:
+    x = self.projection(x)
+    # Q3. Fill in the blank in the repeat function.
+    # The cls_token should be repeated as much as the batch size.
+    cls_tokens = repeat(self.cls_token, \'\'\'Fill Here.\'\'\')
+    x = torch.cat([cls_tokens, x], dim=1)
+    return x
+''',
+))
+
+# --------------------------------------------------------------------------- q4 sinusoidal positions
+
+Q4_CASES = [
+    _case("PatchEmbedding(in_channels=3, patch_size=4, emb_size=10, img_size=8), images (2, 3, 8, 8)",
+          C=3, P=4, E=10, img=8, B=2, seed=151),
+    _case("PatchEmbedding(in_channels=1, patch_size=2, emb_size=6, img_size=8), images (1, 1, 8, 8)",
+          C=1, P=2, E=6, img=8, B=1, seed=152),
+]
+
+
+def _run_q4(answer, case, rec):
+    _run_tokens(answer, case, rec, need_img_size=True)
+
+
+register(Question(
+    id="q4",
+    chapter="06_patch_embedding",
+    title="Q4 sinusoidal positions (getPositionEncoding)",
+    points=1,
+    answer_name="PatchEmbedding",
+    kind="class",
+    signature="PatchEmbedding(in_channels, patch_size, emb_size, img_size); forward(images) -> (B, N+1, E)",
+    cases=Q4_CASES,
+    run_case=_run_q4,
+    outputs={"tokens": "(B, N+1, emb_size)"},
+    skeleton='''self.cls_token = nn.Parameter(torch.randn(1,1,emb_size))
+self.learnable_positions = nn.Parameter(torch.randn((img_size // patch_size) **2 + 1, emb_size))
+#Q4. Define the positional embedding using the getPositionEncoding Function.
+# Fill in the parameters for the getPositionEncoding function.
+self.sinusoids_positions = torch.from_numpy(getPositionEncoding(\'\'Fill Here.\'\'))
+''',
+))
+
+# --------------------------------------------------------------------------- Conv2d patch embedding
+
+CONV_CASES = [
+    Case("ConvPatchEmbedding(in_channels=3, patch_size=4, emb_size=10), images (2, 3, 8, 12)",
+         {"C": 3, "P": 4, "E": 10, "x": (2, 3, 8, 12), "seed": 161}, {2: "B", 6: "N", 10: "emb_size"}),
+    Case("ConvPatchEmbedding(in_channels=1, patch_size=2, emb_size=5), images (1, 1, 6, 4)",
+         {"C": 1, "P": 2, "E": 5, "x": (1, 1, 6, 4), "seed": 162}, {1: "B", 6: "N", 5: "emb_size"}),
+]
+
+
+def _run_conv(answer, case, rec):
+    p = case.params
+    module = rec.build(answer, p["C"], p["P"], p["E"])
+    out = rec.call(module, rec.tensor(I.randn(p["x"], p["seed"])))
+    rec.check_new_params(module)
+    rec.output("patch_embeddings", out)
+
+register(Question(
+    id="conv_patch_embedding",
+    chapter="06_patch_embedding",
+    title="Patch embedding with Conv2d",
+    points=2,
+    answer_name="ConvPatchEmbedding",
+    kind="class",
+    signature="ConvPatchEmbedding(in_channels, patch_size, emb_size); forward(images (B, C, H, W)) -> (B, N, E)",
+    cases=CONV_CASES,
+    run_case=_run_conv,
+    outputs={"patch_embeddings": "(B, N, emb_size)"},
+    skeleton='''class ConvPatchEmbedding(nn.Module):
+    def __init__(self, in_channels, patch_size, emb_size):
+        super().__init__()
+        self.proj = nn.Conv2d(...)   # one output vector per non-overlapping P x P patch
+
+    def forward(self, images):
+        # images (B, C, H, W) -> (B, N, emb_size), patches row by row
+        ...
+''',
+))

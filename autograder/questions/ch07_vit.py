@@ -1,0 +1,153 @@
+"""Chapter 7, the Vision Transformer: its forward pass (with attention maps) and cross-entropy.
+
+Skeletons::
+
+    class ViT(nn.Module):
+        def __init__(self, img_size=32, patch_size=4, in_channels=3, num_classes=10,
+                     dim=128, depth=6, num_heads=4, mlp_dim=512):
+            super().__init__()
+            num_patches = (img_size // patch_size) ** 2
+            self.patch_embed = ConvPatchEmbedding(in_channels, patch_size, dim)   # (B, N, dim)
+            self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+            self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
+            self.blocks = nn.ModuleList([TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
+                                         for _ in range(depth)])               # pre-LN blocks
+            self.norm = nn.LayerNorm(dim)
+            self.head = nn.Linear(dim, num_classes)
+
+        def forward(self, x, return_attention=False):
+            # patches -> prepend the class token -> add positions -> blocks (collect each block's
+            # attention weights (B, heads, N+1, N+1)) -> final LayerNorm -> head on the class token
+            ...
+            return (logits, attentions) if return_attention else logits
+
+    def cross_entropy(logits, targets):
+        # logits (B, C), targets (B,) integers in [0, C) -> mean loss, a 0-dim tensor
+        ...
+"""
+from __future__ import annotations
+
+
+import numpy as np
+import torch
+
+from . import inputs as I
+from .base import Case, Question, register
+from ..student.probe import CaseFailure
+from .common import build_flexible
+
+# --------------------------------------------------------------------------- ViT forward
+
+VIT_CASES = [
+    Case("ViT(img_size=8, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2, "
+         "mlp_dim=32), images (2, 3, 8, 8)",
+         {"cfg": dict(img_size=8, patch_size=4, in_channels=3, num_classes=5, dim=16, depth=2, num_heads=2,
+                      mlp_dim=32), "B": 2, "seed": 171}, {2: "B", 5: "num_classes"}),
+    Case("ViT(img_size=6, patch_size=2, in_channels=1, num_classes=3, dim=12, depth=1, num_heads=3, "
+         "mlp_dim=24), images (1, 1, 6, 6)",
+         {"cfg": dict(img_size=6, patch_size=2, in_channels=1, num_classes=3, dim=12, depth=1, num_heads=3,
+                      mlp_dim=24), "B": 1, "seed": 172}, {1: "B", 3: "num_classes"}),
+]
+
+
+def _run_vit(answer, case, rec):
+    p = case.params
+    cfg = p["cfg"]
+    model = build_flexible(rec, answer, tuple(cfg.values()), cfg, heads=cfg["num_heads"], head_width=cfg["dim"])
+    size = cfg["img_size"]
+    images = rec.tensor(I.randn((p["B"], cfg["in_channels"], size, size), p["seed"]))
+    logits = rec.call(model, images)
+    rec.check_new_params(model)
+    rec.output("logits", logits)
+    result = rec.call(model, images, return_attention=True)
+    logits2, attentions = rec.unpack(result, ("logits", "attentions"), "ViT.forward(x, return_attention=True)")
+    rec.output("logits (return_attention=True)", logits2)
+    if type(attentions) is torch.Tensor and attentions.dim() == 5 and attentions.shape[0] == cfg["depth"]:
+        attentions = list(attentions.unbind(0))          # stacked (depth, B, heads, N+1, N+1)
+    if type(attentions) not in (list, tuple):
+        raise CaseFailure(f"the attention maps should be a list with one (B, heads, N+1, N+1) tensor per block, "
+                          f"got a {type(attentions).__name__}")
+    if len(attentions) != cfg["depth"]:
+        raise CaseFailure(f"expected one attention map per block (depth={cfg['depth']}), got {len(attentions)}")
+    for i, weights in enumerate(attentions):
+        rec.output(f"attention map of block {i}", weights)
+
+
+register(Question(
+    id="vit_forward",
+    chapter="07_vit",
+    title="ViT forward pass with attention maps",
+    points=3,
+    answer_name="ViT",
+    kind="class",
+    signature="ViT(img_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_dim); "
+              "forward(x, return_attention=False) -> logits (B, num_classes) [, list of (B, heads, N+1, N+1)]",
+    cases=VIT_CASES,
+    run_case=_run_vit,
+    forbidden=("attention",),
+    outputs={"logits": "(B, num_classes)"},
+    skeleton='''class ViT(nn.Module):
+    def __init__(self, img_size=32, patch_size=4, in_channels=3, num_classes=10,
+                 dim=128, depth=6, num_heads=4, mlp_dim=512):
+        super().__init__()
+        num_patches = (img_size // patch_size) ** 2
+        self.patch_embed = ConvPatchEmbedding(in_channels, patch_size, dim)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
+        self.blocks = nn.ModuleList([TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
+                                     for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x, return_attention=False):
+        # x: (B, C, H, W)
+        ...   # patches, class token, positions, blocks (collect their attention weights), norm, head
+        return (logits, attentions) if return_attention else logits
+''',
+))
+
+# --------------------------------------------------------------------------- cross-entropy
+
+CE_CASES = [
+    Case("logits (4, 5), targets (4,)", {"B": 4, "C": 5, "seed": 181, "scale": 2.0}, {4: "B", 5: "C"}),
+    Case("logits (1, 3), targets (1,)", {"B": 1, "C": 3, "seed": 182, "scale": 1.0}, {1: "B", 3: "C"}),
+    Case("logits (3, 6) with values near +-1000 (overflow test)", {"B": 3, "C": 6, "seed": 183, "scale": 800.0,
+                                                                   "unlikely_targets": True}, {3: "B", 6: "C"}),
+    Case("logits (6, 4), targets (6,)", {"B": 6, "C": 4, "seed": 184, "scale": 3.0}, {6: "B", 4: "C"}),
+    Case("logits (2, 5) with values near +-1000, targets the largest logits", {"B": 2, "C": 5, "seed": 185,
+                                                                               "scale": 800.0, "likely_targets": True},
+         {2: "B", 5: "C"}),
+]
+
+
+def _run_ce(answer, case, rec):
+    p = case.params
+    logits = I.randn((p["B"], p["C"]), p["seed"], p["scale"])
+    targets = I.randint((p["B"],), p["C"], p["seed"])
+    if p.get("unlikely_targets"):
+        targets = logits.argmin(axis=1).astype(np.int64)      # probabilities far below float range
+    if p.get("likely_targets"):
+        targets = logits.argmax(axis=1).astype(np.int64)
+    logits, targets = rec.tensor(logits), rec.tensor(targets)
+    loss = rec.output("loss", rec.call(answer, logits, targets))
+    if loss.size == 1:
+        rec.outputs["loss"] = loss.reshape(())
+
+register(Question(
+    id="cross_entropy",
+    chapter="07_vit",
+    title="Cross-entropy loss",
+    points=2,
+    answer_name="cross_entropy",
+    kind="function",
+    signature="cross_entropy(logits (B, C), targets (B,)) -> mean loss (0-dim)",
+    cases=CE_CASES,
+    run_case=_run_ce,
+    forbidden=("cross_entropy",),
+    outputs={"loss": "a single number"},
+    skeleton='''def cross_entropy(logits, targets):
+    """logits (B, C), targets (B,) integers in [0, C) -> mean loss (a 0-dim tensor)."""
+    log_probs = ...     # (B, C), numerically stable log-softmax over the classes
+    return ...          # minus the mean of each example's target log-probability
+''',
+))

@@ -1,0 +1,156 @@
+"""Removing what an exercise forbids from the student's process, before the answer runs.
+
+:func:`install` disables, for the keys of :data:`autograder.student.forbidden.FORBIDDEN`:
+
+* the ATen operators, at PyTorch's dispatcher: a kernel that raises :class:`ForbiddenCall`
+  is registered for the CPU, autograd, sparse and composite keys. Every Python route to the
+  operator ends there (``torch.softmax``, ``F.softmax``, ``Tensor.softmax``, ``nn.Softmax``,
+  ``torch.ops.aten._softmax``, ``torch._C._VariableFunctions``, a name computed with
+  ``getattr``, code run by ``exec``, a reference taken before the check...);
+* the Python functions that compute the same thing without that operator
+  (``F.multi_head_attention_forward``...), replaced by raisers;
+* torch's Python references and decompositions of those operators (``torch._refs``,
+  ``torch._decomp``), which would compute them from smaller operators.
+
+In the grading sandbox (``reversible=False``) the registration handle is leaked on purpose:
+nothing in the process refers to it, so student code cannot find it to undo the ban, and
+the original kernels are no longer reachable. The student may still register a kernel of
+their own for the operator: that is writing the function, which is what the exercise asks.
+What remains possible (walking the garbage collector for the originals of the Python
+functions, reading torch's source files and executing them) is flagged by the grader's
+static scan of the notebook (:mod:`autograder.judging.scan`).
+"""
+from __future__ import annotations
+
+import sys
+
+from .forbidden import FORBIDDEN
+
+_KEYS = ("CPU", "AutogradCPU", "SparseCPU", "CompositeImplicitAutograd")
+_SCRUB_MODULES = ("torch._refs", "torch._refs.nn.functional", "torch._refs.special", "torch._refs.linalg",
+                  "torch._decomp.decompositions", "torch._decomp.decompositions_for_rng")
+
+
+class ForbiddenCall(RuntimeError):
+    """Raised instead of a forbidden function while an answer is checked."""
+
+
+def _raiser(key: str, name: str):
+    entry = FORBIDDEN[key]
+
+    def forbidden(*args, **kwargs):
+        raise ForbiddenCall(f"{name}, part of {entry.what}, is not allowed here: {entry.why}")
+
+    forbidden.__name__ = name.rpartition(".")[2]
+    return forbidden
+
+
+def _resolve(spec: str):
+    module_name, _, qualname = spec.partition(":")
+    owner = sys.modules.get(module_name)
+    if owner is None:
+        return None
+    parts = qualname.split(".")
+    for part in parts[:-1]:
+        owner = getattr(owner, part, None)
+        if owner is None:
+            return None
+    return owner, parts[-1]
+
+
+class Ban:
+    """The registrations and replacements of one :func:`install` (undone by :meth:`undo`
+    only when installed reversibly)."""
+
+    def __init__(self):
+        self.handle = None
+        self.saved: list = []
+
+    def undo(self) -> None:
+        if self.handle is not None:
+            self.handle.reset()
+            self.handle = None
+        for owner, attr, original in reversed(self.saved):
+            setattr(owner, attr, original)
+        self.saved.clear()
+
+
+def install(keys, reversible: bool = False) -> Ban:
+    """Disable what the exercises ``keys`` forbid (see the module docstring)."""
+    ban = Ban()
+    keys = [k for k in dict.fromkeys(keys) if k in FORBIDDEN]
+    if not keys:
+        return ban
+    import torch
+
+    handle = torch._C._dispatch_library("IMPL", "aten", "")
+    for key in keys:
+        for op in FORBIDDEN[key].aten:
+            kernel = _raiser(key, f"torch operator aten::{op}")
+            for dispatch_key in _KEYS:
+                try:
+                    handle.impl(op, dispatch_key, kernel, False)
+                except RuntimeError:
+                    pass            # no such operator or overload in this torch version
+    if reversible:
+        ban.handle = handle
+    else:
+        import ctypes
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))   # keep the registrations alive...
+    del handle                                                   # ...with no reference left to undo them
+    for key in keys:
+        entry = FORBIDDEN[key]
+        for spec in entry.python:
+            found = _resolve(spec)
+            if found is None:
+                continue
+            owner, attr = found
+            original = owner.__dict__.get(attr) if isinstance(owner, type) else getattr(owner, attr, None)
+            if original is None:
+                continue
+            setattr(owner, attr, _raiser(key, spec.replace(":", ".")))
+            if reversible:
+                ban.saved.append((owner, attr, original))
+        _scrub(key, entry.scrub, ban, reversible)
+    return ban
+
+
+def _scrub(key: str, names, ban: Ban, reversible: bool) -> None:
+    names = set(names)
+    if not names:
+        return
+    for module_name in _SCRUB_MODULES:
+        module = sys.modules.get(module_name)
+        if module is None:
+            continue
+        for name in names:
+            original = module.__dict__.get(name)
+            if original is not None and callable(original):
+                setattr(module, name, _raiser(key, f"{module_name}.{name}"))
+                if reversible:
+                    ban.saved.append((module, name, original))
+    decomp = sys.modules.get("torch._decomp")
+    if decomp is None:
+        return
+    tables = [getattr(decomp, "decomposition_table", None), getattr(decomp, "meta_table", None)]
+    tables += list((getattr(decomp, "global_decomposition_table", None) or {}).values())
+    for table in tables:
+        if not isinstance(table, dict):
+            continue
+        for op in list(table):
+            packet = getattr(op, "_overloadpacket", op)
+            if getattr(packet, "__name__", None) in names:
+                original = table[op]
+                table[op] = _raiser(key, f"the decomposition of {op}")
+                if reversible:
+                    ban.saved.append((_TableSlot(table, op), "value", original))
+
+
+class _TableSlot:
+    """Lets :meth:`Ban.undo` restore a dict entry with setattr."""
+
+    def __init__(self, table, op):
+        self.__dict__["_table"], self.__dict__["_op"] = table, op
+
+    def __setattr__(self, name, value):
+        self._table[self._op] = value

@@ -1,0 +1,97 @@
+"""What each exercise forbids, as plain data: shared by the ban (:mod:`autograder.student.ban`,
+which removes these entry points in the student's process before an answer is probed) and
+the grader's static scan of the notebook (:mod:`autograder.judging.scan`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    key: str
+    what: str                      # how the message names it
+    why: str                       # what the exercise wants instead
+    attrs: frozenset               # attribute names flagged in the source (torch.softmax -> "softmax")
+    aten: tuple = ()               # ATen operators disabled at the dispatcher (every Python alias reaches them)
+    python: tuple = ()             # "module:attr.path" Python functions replaced by raisers
+    scrub: tuple = ()              # attribute names removed from torch's Python references/decompositions
+
+
+_SOFTMAX_OPS = ("_softmax", "_softmax.out", "softmax.int", "softmax.int_out", "special_softmax",
+                "_masked_softmax", "_masked_softmax.out", "_sparse_softmax", "_sparse_softmax.int",
+                "_sparse_softmax.out", "_safe_softmax")
+_LOG_SOFTMAX_OPS = ("_log_softmax", "_log_softmax.out", "log_softmax.int", "log_softmax.int_out",
+                    "special_log_softmax", "_sparse_log_softmax", "_sparse_log_softmax.int",
+                    "_sparse_log_softmax.out")
+_SOFTMAX_NAMES = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "Softmax", "LogSoftmax",
+                            "softmin", "Softmin", "special_softmax", "special_log_softmax", "gumbel_softmax",
+                            "_masked_softmax", "_safe_softmax"})
+
+FORBIDDEN: dict[str, Forbidden] = {}
+
+
+def _forbid(*args, **kwargs) -> None:
+    entry = Forbidden(*args, **kwargs)
+    FORBIDDEN[entry.key] = entry
+
+
+_forbid(
+    "softmax", "a library softmax (torch.softmax, F.softmax, Tensor.softmax, nn.Softmax, log_softmax)",
+    "this exercise asks you to write softmax yourself from exp, max and sum",
+    attrs=_SOFTMAX_NAMES,
+    aten=_SOFTMAX_OPS + _LOG_SOFTMAX_OPS,
+    scrub=("softmax", "log_softmax", "_softmax", "_log_softmax", "softmin", "special_softmax",
+           "special_log_softmax", "_safe_softmax", "_masked_softmax"),
+)
+_forbid(
+    "attention", "PyTorch's built-in attention (F.scaled_dot_product_attention, nn.MultiheadAttention)",
+    "this exercise asks you to compute the attention scores, softmax and weighted sum yourself",
+    attrs=frozenset({"scaled_dot_product_attention", "MultiheadAttention", "multi_head_attention_forward",
+                     "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
+                     "TransformerDecoder", "Transformer", "_scaled_dot_product_attention_math",
+                     "_native_multi_head_attention", "_scaled_dot_product_flash_attention_for_cpu"}),
+    aten=("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+          "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+          "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+          "_scaled_dot_product_fused_attention_overrideable", "_fused_sdp_choice",
+          "_native_multi_head_attention", "_native_multi_head_attention.out",
+          "_transformer_encoder_layer_fwd", "_transformer_encoder_layer_fwd.out",
+          "_triton_multi_head_attention", "_triton_scaled_dot_attention"),
+    python=("torch.nn.functional:multi_head_attention_forward",
+            "torch.nn.modules.activation:MultiheadAttention.forward",
+            "torch.nn.modules.transformer:TransformerEncoderLayer.forward",
+            "torch.nn.modules.transformer:TransformerDecoderLayer.forward"),
+    scrub=("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+           "_scaled_dot_product_flash_attention_for_cpu", "multi_head_attention_forward"),
+)
+_forbid(
+    "layer_norm", "PyTorch's LayerNorm (nn.LayerNorm, F.layer_norm)",
+    "this exercise asks you to compute the mean, the variance and the normalisation yourself",
+    attrs=frozenset({"LayerNorm", "layer_norm", "native_layer_norm", "RMSNorm", "rms_norm", "group_norm",
+                     "GroupNorm"}),
+    aten=("layer_norm", "native_layer_norm", "native_layer_norm.out", "group_norm", "native_group_norm",
+          "native_group_norm.out", "rms_norm", "_fused_rms_norm", "batch_norm", "native_batch_norm",
+          "_native_batch_norm_legit", "_native_batch_norm_legit.no_stats", "_native_batch_norm_legit_no_training",
+          "_batch_norm_impl_index", "instance_norm"),
+    scrub=("layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "rms_norm"),
+)
+_forbid(
+    "cross_entropy", "PyTorch's cross-entropy or log-softmax (F.cross_entropy, nn.CrossEntropyLoss, "
+    "F.nll_loss, F.log_softmax, a library softmax)",
+    "this exercise asks you to write the log-softmax, the pick of the target class and the mean yourself",
+    attrs=frozenset({"cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss", "cross_entropy_loss"})
+    | _SOFTMAX_NAMES,
+    aten=("cross_entropy_loss", "nll_loss", "nll_loss.out", "nll_loss_nd", "nll_loss_forward",
+          "nll_loss_forward.output", "nll_loss2d", "nll_loss2d_forward", "nll_loss2d_forward.output")
+    + _SOFTMAX_OPS + _LOG_SOFTMAX_OPS,
+    scrub=("cross_entropy", "nll_loss", "nll_loss_forward", "softmax", "log_softmax", "_softmax",
+           "_log_softmax", "special_log_softmax", "special_softmax", "_safe_softmax"),
+)
+_forbid(
+    "embedding", "PyTorch's embedding lookup (F.embedding, nn.Embedding)",
+    "this exercise asks you to do the lookup yourself: a one-hot matrix times W",
+    attrs=frozenset({"embedding", "Embedding", "embedding_bag", "EmbeddingBag"}),
+    aten=("embedding", "embedding.out", "embedding_bag", "embedding_bag.padding_idx", "_embedding_bag",
+          "_embedding_bag_forward_only"),
+    scrub=("embedding",),
+)

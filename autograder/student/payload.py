@@ -1,0 +1,224 @@
+"""What runs in the student's process: the notebook's cells, then the probes.
+
+:func:`payload` is the one runner of submissions, used by the grading sandbox (called by
+:mod:`autograder.student.zygote`) and by ``python -m autograder check`` (a child process,
+:mod:`autograder.student.local`). In order:
+
+1. the inputs of this run are loaded (arrays the grader drew; no secret here), ``vitref``
+   is made unimportable and ``autograder.check``/``grade`` become no-ops;
+2. the code cells run in order, each under its own alarm (a cell that raises, exits or
+   hangs is recorded and the next cell runs);
+3. each question is probed in a *fork* of that process: the fork first removes what the
+   exercise forbids (:func:`autograder.student.ban.install`, which student code cannot
+   undo), then calls the answer on the inputs under an alarm, sends the plain result and
+   exits. The parent waits with a hard deadline and kills a fork that outlives it, so an
+   answer that ignores the alarm, exits or crashes costs only its own question, and no
+   question's probe changes the state another one sees.
+
+Progress is streamed as frames (``cell i``, ``probe q``, ``result``/``unavailable``) so the
+grader knows, when the process dies in a cell (``os._exit``...), which cell to skip when it
+runs the notebook again.
+"""
+from __future__ import annotations
+
+import os
+import select
+import signal
+import sys
+import time
+
+from . import wire
+
+GRACE = 1.0          # seconds kept back from the sandbox's hard limit for sending results
+INPUTS_FILE = ".autograder-inputs.npz"
+
+
+class _BlockGrader:
+    """Meta-path finder that refuses ``vitref`` (answers must not use the reference) and the
+    grader's side of the autograder (in the sandbox they are absent anyway)."""
+
+    ALLOWED = ("autograder.student", "autograder.questions")
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "vitref" or name.startswith("vitref."):
+            raise ModuleNotFoundError(
+                f"No module named {name!r} (vitref, the course's reference implementation, is not available "
+                f"while answers are checked)", name=name)
+        if name.startswith("autograder.") and not name.startswith(self.ALLOWED):
+            raise ModuleNotFoundError(f"No module named {name!r} (the checker's own code is not available "
+                                      f"while answers are checked)", name=name)
+        return None
+
+
+def _noop_check(qid=None, answer=None, *args, **kwargs):
+    """``autograder.check``/``grade`` while a notebook is graded: the test cells do nothing."""
+    return None
+
+
+def _load_inputs(path: str, options: dict):
+    """The run's inputs: the file the host left next to the notebook (then deleted), or the
+    public inputs when there is none."""
+    from ..questions import inputs
+
+    file = os.path.join(os.path.dirname(path), options.get("inputs_file", INPUTS_FILE))
+    if not os.path.exists(file):
+        return inputs.PublicSource()
+    with open(file, "rb") as handle:
+        blob = handle.read()
+    os.unlink(file)
+    return wire.read_inputs(blob)
+
+
+def payload(path: str, qids: list[str], emit, options: dict) -> None:
+    """Run the submission at ``path`` and stream the probe results of ``qids`` through ``emit``."""
+    from ..questions import question
+    from .cells import SubmissionError, Shell, read_cells, run_cells
+
+    start = time.monotonic()
+    deadline = start + float(options.get("timeout", 60)) - GRACE
+    cell_cap = float(options.get("cell_timeout", 20))
+    probe_cap = float(options.get("probe_timeout", 15))
+    skip = set(options.get("skip_cells", ()))
+    try:
+        source = _load_inputs(path, options)
+    except Exception as error:  # noqa: BLE001 - a broken inputs file is the host's bug: say so
+        emit(wire.frame({"event": "invalid", "reason": f"the inputs of this run could not be read: {error}"}))
+        emit(wire.frame({"event": "done"}))
+        return
+    sys.meta_path.insert(0, _BlockGrader())
+    stub = sys.modules["autograder"]       # the bundle's package: test cells call its check()/grade()
+    stub.check = stub.grade = _noop_check
+    questions = {qid: question(qid) for qid in qids}
+    try:
+        cells = read_cells(path)
+    except SubmissionError as error:
+        emit(wire.frame({"event": "invalid", "reason": str(error)}))
+        emit(wire.frame({"event": "done"}))
+        return
+
+    reserve = min(probe_cap * len(questions), max(deadline - time.monotonic(), 0) / 2)
+    namespace = {"__name__": "__main__", "get_ipython": lambda: Shell(), "display": lambda *a, **k: None}
+    errors = run_cells(cells, namespace, skip=skip,
+                       budget=lambda index: min(cell_cap, deadline - reserve - time.monotonic()),
+                       on_cell=lambda index: emit(wire.frame({"event": "cell", "index": index})))
+    emit(wire.frame({"event": "cells", "count": len(cells), "errors": errors[:20]}))
+    if options.get("own_pid_namespace"):
+        _stop_strays()
+
+    for qid, q in questions.items():
+        emit(wire.frame({"event": "probe", "qid": qid}))
+        if q.answer_name not in namespace:
+            data = {"qid": qid, "fatal": f"no object named {q.answer_name} in the notebook"
+                    + (f" (a cell raised an error: {errors[0]})" if errors else ""), "cases": []}
+            emit(wire.result_frame(qid, data))
+            continue
+        budget = min(probe_cap, deadline - time.monotonic())
+        if budget <= 0.05:
+            emit(wire.frame({"event": "unavailable", "qid": qid,
+                             "reason": "not checked: the notebook used up the time limit"}))
+            continue
+        _probe_in_fork(q, namespace[q.answer_name], source, budget, emit)
+    emit(wire.frame({"event": "done"}))
+
+
+def _stop_strays() -> None:
+    """In the sandbox's own pid namespace, every process but its init (1) and this one was
+    started by the notebook's cells (background workers, a fork bomb): stop them before the
+    answers are probed."""
+    me = os.getpid()
+    for _ in range(3):
+        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        if not others:
+            return
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG) == (0, 0):
+                    break
+            except ChildProcessError:
+                break
+        time.sleep(0.01)
+
+
+def _probe_in_fork(q, answer, source, budget: float, emit) -> None:
+    """Probe ``answer`` in a forked process with the exercise's forbidden functions removed."""
+    try:
+        ready_r, ready_w = os.pipe()
+        pid = os.fork() if hasattr(os, "fork") else -1
+    except OSError as error:            # no process left (the notebook started too many)
+        emit(wire.frame({"event": "unavailable", "qid": q.id,
+                         "reason": f"checking {q.answer_name} needs a process and none could be started "
+                                   f"({error.strerror or error}): did the notebook start background processes?"}))
+        return
+    if pid < 0:                         # not POSIX: probe here (the ban is undone afterwards)
+        from .ban import install
+        ban = install(q.forbidden, reversible=True)
+        try:
+            emit(_probe_frame(q, answer, source, budget))
+        finally:
+            ban.undo()
+        return
+    if pid == 0:
+        code = 0
+        try:
+            os.close(ready_r)
+            from .ban import install
+            install(q.forbidden)
+            emit(_probe_frame(q, answer, source, budget))
+            os.write(ready_w, b"1")
+        except BaseException:  # noqa: BLE001 - whatever happened, this process ends here
+            code = 1
+        os._exit(code)
+    os.close(ready_w)
+    finished = hung = False
+    try:
+        ready, _, _ = select.select([ready_r], [], [], budget + GRACE)
+        if ready:
+            finished = os.read(ready_r, 1) == b"1"
+        else:
+            hung = True
+    finally:
+        os.close(ready_r)
+        if not finished:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        os.waitpid(pid, 0)
+    if hung:
+        emit(wire.frame({"event": "unavailable", "qid": q.id,
+                         "reason": f"checking {q.answer_name} did not finish within the time limit of "
+                                   f"{budget:.0f} s (the answer hung and was stopped)"}))
+    elif not finished:
+        emit(wire.frame({"event": "unavailable", "qid": q.id,
+                         "reason": f"checking {q.answer_name} stopped its process (the answer exited or "
+                                   f"crashed it) before a result was sent"}))
+
+
+def _probe_frame(q, answer, source, budget: float) -> bytes:
+    """The result frame of one question (probed in this process, under an alarm)."""
+    from ..questions import inputs
+    from .cells import CellTimeout, _on_alarm
+    from .probe import probe
+
+    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(budget, 0.1))
+    try:
+        with inputs.using(source):
+            data = probe(q, answer)
+    except CellTimeout:
+        data = {"qid": q.id, "fatal": f"checking {q.answer_name} did not finish within {budget:.0f} s", "cases": []}
+    except BaseException as error:  # noqa: BLE001
+        data = {"qid": q.id, "fatal": f"checking {q.answer_name} failed: {type(error).__name__}: "
+                f"{str(error)[:300]}", "cases": []}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        return wire.result_frame(q.id, data)
+    except Exception as error:  # noqa: BLE001
+        return wire.frame({"event": "unavailable", "qid": q.id,
+                           "reason": f"the outputs of {q.answer_name} could not be recorded: {error}"})

@@ -1,0 +1,288 @@
+"""The probe: runs a student's answer on the given inputs, in the student's process.
+
+It returns plain data only (dicts, lists, numpy arrays, numbers, strings), so the result
+can cross a process boundary as ``.npz`` + JSON and be judged elsewhere. It holds no
+reference code and no secret: the inputs come from the source in force
+(:mod:`autograder.questions.inputs`; in the grading sandbox, the arrays the grader sent).
+Nothing it reports is trusted for a score except the numbers, which the grader recomputes.
+
+Output values are accepted only when their type is exactly ``torch.Tensor``,
+``numpy.ndarray`` or a plain number; a subclass (whose ``__eq__`` or ``allclose`` might lie)
+is rejected before any of its methods is called.
+"""
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import numpy as np
+
+from ..questions import inputs
+from .ban import ForbiddenCall
+
+AUTOGRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+MAX_MESSAGE = 400
+
+
+class BadOutput(Exception):
+    """The answer returned something the checker will not read (wrong type, subclass...)."""
+
+
+class CaseFailure(Exception):
+    """The answer's result has the wrong structure (e.g. not a tuple of two tensors)."""
+
+
+# --------------------------------------------------------------------------- conversions
+
+_NUMBER_TYPES = (bool, int, float, np.bool_, np.integer, np.floating)
+
+
+def to_array(value, name: str) -> np.ndarray:
+    """A copy of ``value`` as a numpy array, refusing anything but real tensors/arrays/numbers."""
+    import torch
+
+    kind = type(value)
+    if kind is torch.Tensor:
+        with torch.no_grad():
+            tensor = torch.Tensor.detach(value)
+            if tensor.is_complex():
+                raise BadOutput(f"{name} is a complex tensor; expected real numbers")
+            if tensor.device.type != "cpu":
+                tensor = tensor.cpu()
+            if tensor.dtype == torch.bool:
+                return np.array(tensor.numpy(), dtype=bool, copy=True)
+            if not tensor.dtype.is_floating_point:
+                return np.array(tensor.numpy(), dtype=np.int64, copy=True)
+            return np.array(tensor.to(torch.float64).numpy(), dtype=np.float64, copy=True)
+    if kind is np.ndarray:
+        if value.dtype.kind == "b":
+            return np.array(value, dtype=bool, copy=True)
+        if value.dtype.kind in "iu":
+            return np.array(value, dtype=np.int64, copy=True)
+        if value.dtype.kind == "f":
+            return np.array(value, dtype=np.float64, copy=True)
+        raise BadOutput(f"{name} is a numpy array of dtype {value.dtype}; expected numbers")
+    if kind in (bool, int, float) or (kind.__module__ == "numpy" and issubclass(kind, _NUMBER_TYPES)):
+        return np.array(float(value), dtype=np.float64)
+    if isinstance(value, torch.Tensor):
+        raise BadOutput(f"{name} is a {kind.__name__}, a subclass of torch.Tensor; return a plain torch.Tensor "
+                        f"(the checker does not trust subclasses, whose comparisons may be overridden)")
+    if isinstance(value, np.ndarray):
+        raise BadOutput(f"{name} is a {kind.__name__}, a subclass of numpy.ndarray; return a plain array "
+                        f"(the checker does not trust subclasses, whose comparisons may be overridden)")
+    if value is None:
+        raise BadOutput(f"{name} is None: did you forget a return statement?")
+    if kind in (tuple, list):
+        raise BadOutput(f"{name} is a {kind.__name__} of {len(value)} items; expected a single tensor")
+    raise BadOutput(f"{name} is a {kind.__module__}.{kind.__qualname__}; expected a torch.Tensor or numpy array")
+
+
+def shape_of(value) -> str:
+    import torch
+    if type(value) in (torch.Tensor, np.ndarray):
+        return "(" + ", ".join(str(int(s)) for s in value.shape) + ")"
+    return type(value).__name__
+
+
+# --------------------------------------------------------------------------- exceptions
+
+
+def _library_dirs():
+    dirs = [AUTOGRADER_DIR, os.path.dirname(os.__file__) + os.sep]
+    for module_name in ("torch", "numpy", "einops"):
+        module = sys.modules.get(module_name)
+        if module is not None and getattr(module, "__file__", None):
+            dirs.append(os.path.dirname(os.path.dirname(os.path.abspath(module.__file__))) + os.sep)
+    return tuple(dirs)
+
+
+def describe_exception(error: BaseException) -> dict:
+    """``{"type", "message", "where"}``; ``where`` is the innermost line of the student's code."""
+    message = str(error).strip().replace("\n", " ")
+    if len(message) > MAX_MESSAGE:
+        message = message[:MAX_MESSAGE] + "..."
+    where = ""
+    library = _library_dirs()
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        filename = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else frame.filename
+        if filename.startswith(library):
+            continue
+        line = (frame.line or "").strip()
+        where = f"line {frame.lineno} in {frame.name}" + (f": {line[:120]}" if line else "")
+        break
+    return {"type": type(error).__name__, "message": message, "where": where}
+
+
+# --------------------------------------------------------------------------- the recorder
+
+
+class ProbeCase:
+    """What ``run_case`` talks to in the student's process (one per case)."""
+
+    mode = "probe"
+
+    def __init__(self, recorder: "ProbeRecorder", case, index: int):
+        self.recorder, self.case, self.index = recorder, case, index
+        self.outputs: dict = {}
+        self.modules: list = []
+        self.notes: dict = {}
+        self.error = None
+
+    # inputs -------------------------------------------------------------
+    def tensor(self, array: np.ndarray):
+        """The torch tensor the answer receives (float32 for float data)."""
+        import torch
+        return torch.from_numpy(np.array(array, copy=True))
+
+    # calling the answer --------------------------------------------------
+    def call(self, fn, *args, **kwargs):
+        if not callable(fn):
+            raise CaseFailure(f"{getattr(fn, '__name__', type(fn).__name__)} is not callable")
+        return fn(*args, **kwargs)
+
+    def build(self, cls, *args, heads: int | None = None, head_width: int | None = None,
+              record_tensors: bool = False, **kwargs):
+        """Instantiate the student's module, set its parameters to the checker's values."""
+        import torch
+        from torch import nn
+
+        if not isinstance(cls, type):
+            raise CaseFailure(f"{self.recorder.question.answer_name} should be a class (an nn.Module subclass), "
+                              f"got {type(cls).__name__}")
+        module = self.call(cls, *args, **kwargs)
+        if not isinstance(module, nn.Module):
+            raise CaseFailure(f"{cls.__name__}(...) is not an nn.Module")
+        module.eval()
+        index = len(self.modules)
+        seed = int(self.case.params.get("seed", 0))
+        record = {"params": [], "values": {}, "tensors": {}, "class": type(module).__name__}
+        with torch.no_grad():
+            for i, (name, param) in enumerate(module.named_parameters()):
+                values = inputs.param_values(tuple(param.shape), seed, index, i, name)
+                param.copy_(torch.from_numpy(values).to(param.dtype))
+                owner_name = name.rpartition(".")[0]
+                try:
+                    owner = module.get_submodule(owner_name) if owner_name else module
+                except AttributeError:
+                    owner = module
+                if isinstance(owner, nn.Linear):
+                    owner_kind = "linear"
+                elif isinstance(owner, nn.modules.conv._ConvNd):
+                    owner_kind = "conv"
+                else:
+                    owner_kind = type(owner).__name__
+                record["params"].append([name, [int(s) for s in param.shape], owner_kind])
+                record["values"][str(i)] = to_array(param.detach().clone(), name)
+            if record_tensors:
+                for prefix, sub in module.named_modules():
+                    for attr, value in list(vars(sub).items()) + list(sub._buffers.items()):
+                        if type(value) is torch.Tensor and value.numel() <= 100_000:
+                            key = f"{prefix}.{attr}" if prefix else attr
+                            record["tensors"][key] = to_array(value, key)
+        record["param_names_before"] = [p[0] for p in record["params"]]
+        self.modules.append(record)
+        module._autograder_record = index  # lets output() notice layers created during forward
+        return module
+
+    # results -------------------------------------------------------------
+    def output(self, name: str, value):
+        self.outputs[name] = to_array(value, name)
+        return self.outputs[name]
+
+    def unpack(self, value, names: tuple, what: str):
+        """``value`` must be a tuple/list of ``len(names)`` items: returns them."""
+        if type(value) not in (tuple, list) or len(value) != len(names):
+            got = (f"a {type(value).__name__} of {len(value)} items" if type(value) in (tuple, list)
+                   else f"a {type(value).__name__} of shape {shape_of(value)}"
+                   if hasattr(value, "shape") else f"{type(value).__name__}")
+            raise CaseFailure(f"{what} should return a tuple ({', '.join(names)}), got {got}")
+        return tuple(value)
+
+    def note(self, key: str, value):
+        self.notes[key] = value
+
+    def check_new_params(self, module):
+        """After a forward: parameters created during forward mean layers built in forward()."""
+        index = getattr(module, "_autograder_record", None)
+        if index is None:
+            return
+        before = set(self.modules[index]["param_names_before"])
+        after = [name for name, _ in module.named_parameters()]
+        new = [name for name in after if name not in before]
+        if new:
+            raise CaseFailure(f"your forward() creates new parameters ({', '.join(new[:3])}): build layers such "
+                              f"as nn.Linear in __init__, not in forward, or they get new random weights on "
+                              f"every call")
+
+    def to_data(self) -> dict:
+        return {"outputs": self.outputs, "modules": self.modules, "notes": self.notes, "error": self.error}
+
+
+class ProbeRecorder:
+    def __init__(self, question):
+        self.question = question
+
+    def run(self, answer) -> dict:
+        q = self.question
+        data = {"qid": q.id, "fatal": None, "cases": []}
+        if q.kind == "class" and not isinstance(answer, type):
+            data["fatal"] = (f"{q.answer_name} should be a class (an nn.Module subclass), "
+                             f"got {_kind_name(answer)}")
+            return data
+        if q.kind == "function" and (isinstance(answer, type) or not callable(answer)):
+            data["fatal"] = f"{q.answer_name} should be a function, got {_kind_name(answer)}"
+            return data
+        import torch
+        grad_mode = torch.is_grad_enabled()
+        for index, case in enumerate(q.cases):
+            record = ProbeCase(self, case, index)
+            try:
+                q.run_case(answer, case, record)
+            except ForbiddenCall as error:
+                record.error = describe_exception(error)
+                record.error["type"] = "ForbiddenCall"
+            except (BadOutput, CaseFailure) as error:
+                record.error = {"type": type(error).__name__, "message": str(error), "where": ""}
+            except RecursionError as error:
+                record.error = describe_exception(error)
+            except (Exception, SystemExit) as error:  # the student's code may raise anything
+                record.error = describe_exception(error)
+            finally:
+                torch.set_grad_enabled(grad_mode)
+            data["cases"].append(record.to_data())
+        return data
+
+
+def _kind_name(obj) -> str:
+    if isinstance(obj, type):
+        return f"the class {obj.__name__}"
+    if callable(obj):
+        return f"the function {getattr(obj, '__name__', '?')}"
+    return f"a {type(obj).__name__}"
+
+
+class single_thread:
+    """Run torch on one intra-op thread inside the block (the checks' tensors are tiny: extra
+    threads only cost time, a lot of it on a busy machine), then restore the setting."""
+
+    def __enter__(self):
+        import torch
+        self.threads = torch.get_num_threads()
+        if self.threads != 1:
+            torch.set_num_threads(1)
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+        if self.threads != 1:
+            torch.set_num_threads(self.threads)
+        return False
+
+
+def probe(question, answer) -> dict:
+    """Run ``question``'s cases on ``answer``; plain data out (see module docstring)."""
+    with single_thread():
+        return ProbeRecorder(question).run(answer)

@@ -1,0 +1,136 @@
+"""What crosses the sandbox's boundary, in both directions, and its format.
+
+Out of the sandbox, a stream of *frames*: 4-byte length + JSON header, 4-byte length + blob.
+A probe result is a header ``{"event": "result", "qid", "tree"}`` whose blob is an
+uncompressed ``.npz`` of its arrays (numbers and booleans only, loaded without pickle); the
+JSON tree holds dicts with string keys, lists, strings, numbers, booleans, None and
+references to those arrays. Anything else is refused when packing and when reading.
+
+Into the sandbox: the notebook's bytes and the inputs of this run (:func:`read_inputs`).
+"""
+from __future__ import annotations
+
+import io
+import json
+import struct
+import zipfile
+
+import numpy as np
+
+MAX_BYTES = 64 * 2 ** 20          # per probe result, arrays and JSON together
+MAX_HEADER = 4 << 20              # bytes of JSON in one frame
+_ARRAY_TAG = "__ndarray__"
+
+
+# ---------------------------------------------------------------- frames
+
+def frame(header: dict, blob: bytes = b"") -> bytes:
+    head = json.dumps(header, allow_nan=True).encode()
+    return struct.pack(">I", len(head)) + head + struct.pack(">I", len(blob)) + blob
+
+
+def frames(data: bytes) -> list[tuple[dict, bytes]]:
+    """Decode a stream of frames; a truncated or malformed tail is dropped."""
+    out, pos = [], 0
+    while pos + 4 <= len(data):
+        (n,) = struct.unpack(">I", data[pos:pos + 4])
+        if n > MAX_HEADER or pos + 4 + n + 4 > len(data):
+            break
+        try:
+            header = json.loads(data[pos + 4:pos + 4 + n])
+        except ValueError:
+            break
+        if not isinstance(header, dict):
+            break
+        pos += 4 + n
+        (m,) = struct.unpack(">I", data[pos:pos + 4])
+        if pos + 4 + m > len(data):
+            break
+        out.append((header, data[pos + 4:pos + 4 + m]))
+        pos += 4 + m
+    return out
+
+
+# ---------------------------------------------------------------- probe results
+
+def pack(data) -> tuple[dict, object]:
+    arrays: dict[str, np.ndarray] = {}
+
+    def walk(value):
+        if isinstance(value, np.ndarray):
+            if value.dtype.kind not in "biuf":
+                raise TypeError(f"cannot send an array of dtype {value.dtype}")
+            key = f"a{len(arrays)}"
+            arrays[key] = value
+            return {_ARRAY_TAG: key}
+        if isinstance(value, dict):
+            return {str(k): walk(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [walk(v) for v in value]
+        if isinstance(value, (np.bool_, np.integer, np.floating)):
+            return value.item()
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        raise TypeError(f"cannot send a {type(value).__name__}")
+
+    return arrays, walk(data)
+
+
+def unpack(arrays: dict, tree):
+    def walk(value):
+        if isinstance(value, dict):
+            if set(value) == {_ARRAY_TAG}:
+                return np.asarray(arrays[value[_ARRAY_TAG]])
+            return {k: walk(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [walk(v) for v in value]
+        return value
+
+    return walk(tree)
+
+
+def npz_bytes(arrays: dict) -> bytes:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    return buffer.getvalue()
+
+
+def result_frame(qid: str, data: dict) -> bytes:
+    arrays, tree = pack(data)
+    return frame({"event": "result", "qid": qid, "tree": tree}, npz_bytes(arrays))
+
+
+def _load_npz(blob: bytes, kinds: str) -> dict:
+    if len(blob) > MAX_BYTES:
+        raise ValueError(f"larger than {MAX_BYTES >> 20} MiB")
+    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
+        # numpy.savez stores arrays uncompressed: anything else could be a zip bomb
+        if any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist()):
+            raise ValueError("compressed arrays are not accepted")
+    with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
+        arrays = {key: np.array(npz[key]) for key in npz.files}
+    for key, value in arrays.items():
+        if value.dtype.kind not in kinds:
+            raise ValueError(f"array {key} has dtype {value.dtype}")
+    return arrays
+
+
+def read_result(header: dict, blob: bytes) -> dict:
+    """A probe result sent by the student's process, checked: plain data or ValueError."""
+    data = unpack(_load_npz(blob, "biuf"), header.get("tree"))
+    if not isinstance(data, dict) or not isinstance(data.get("cases", []), list):
+        raise ValueError("malformed probe result")
+    return data
+
+
+# ---------------------------------------------------------------- the inputs of a run
+
+def read_inputs(blob: bytes):
+    """The inputs the grader sent (see :func:`autograder.judging.secret.pack_inputs`) as a
+    :class:`autograder.questions.inputs.ProvidedSource`."""
+    from ..questions.inputs import ProvidedSource
+
+    arrays = _load_npz(blob, "biufU")
+    keys = [str(k) for k in arrays.pop("keys")]
+    pool = arrays.pop("pool")
+    return ProvidedSource({key: arrays[f"a{i}"] for i, key in enumerate(keys)}, pool)
