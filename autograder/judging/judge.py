@@ -54,21 +54,37 @@ class JudgeCase(ProbeCase):
         self.built = 0
         self.candidates_seen = 1
 
-    def tensor(self, array):
+    def tensor(self, array, dtype=None, requires_grad=False):
         import torch
         array = np.array(array, copy=True)
         if array.dtype.kind == "f":
             array = array.astype(np.float64)
-        return torch.from_numpy(array)
+        tensor = torch.from_numpy(array)
+        if requires_grad:
+            tensor.requires_grad_(True)
+        return tensor
+
+    def seed(self, value):
+        import torch
+        torch.manual_seed(int(value))
+
+    def grads(self, out, upstream, inputs: dict, module=None, params: bool = False):
+        import torch
+        with torch.enable_grad():
+            found = torch.autograd.grad((out * upstream.to(out.dtype)).sum(), list(inputs.values()),
+                                        allow_unused=True)
+        for (name, tensor), grad in zip(inputs.items(), found):
+            self.output(f"grad_{name}", grad if grad is not None else torch.zeros_like(tensor))
 
     def call(self, fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
-    def build(self, cls, *args, heads=None, head_width=None, record_tensors=False, **kwargs):
+    def build(self, cls, *args, heads=None, head_width=None, record_tensors=False, train=False, dtype=None,
+              **kwargs):
         import torch
 
         module = cls(*args, **kwargs)
-        module.eval()
+        module.train(bool(train))
         module.double()
         index = self.built
         self.built += 1
@@ -132,7 +148,7 @@ def run_variant(question: Question, answer, case_index: int, student_case: dict,
     case = question.cases[case_index]
     recorder = JudgeCase(question, case, case_index, student_case, candidate, verify)
     try:
-        with torch.no_grad():
+        with torch.set_grad_enabled(_needs_grad(question)):
             question.run_case(answer, case, recorder)
     except (NoMoreCandidates, AlignmentError, TamperError):
         raise
@@ -141,6 +157,11 @@ def run_variant(question: Question, answer, case_index: int, student_case: dict,
     except Exception as error:
         return None, describe_exception(error), recorder.candidates_seen
     return recorder.outputs, None, recorder.candidates_seen
+
+
+def _needs_grad(question: Question) -> bool:
+    """Whether a question's cases check gradients (the judge then records the graph)."""
+    return any(case.params.get("grads") for case in question.cases)
 
 
 _REF_CACHE: OrderedDict = OrderedDict()
@@ -303,6 +324,10 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
             if student_case.get("error"):
                 problems.append((case, _error_text(student_case["error"], question)))
                 continue
+            prop = property_problem(question, case, student_case)
+            if prop:
+                problems.append((case, prop))
+                continue
             references, structural = reference_outputs(question, index, student_case, verify)
             if not references:
                 problems.append((case, f"your module's parameters do not fit the exercise: {structural}"))
@@ -332,6 +357,32 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
     if mistake is not None:
         text = f"Looks like a known mistake: {mistake.title}. {mistake.hint} " + text
     return fail(text, mistake=mistake.key if mistake else None)
+
+
+def property_problem(question: Question, case: Case, student_case: dict) -> str | None:
+    """Properties the outputs must have whatever the numbers: float64 in -> float64 out, and
+    (where the case checks it) every parameter reached by the gradient."""
+    notes = student_case.get("notes") or {}
+    if notes.get("float64_inputs"):
+        for name, dtype in (notes.get("dtypes") or {}).items():
+            if name.startswith("grad_"):
+                continue
+            if dtype in ("float32", "float16", "bfloat16"):
+                return (f"{name} is {dtype} although the inputs (and parameters) are float64: an intermediate "
+                        f"tensor was created or cast with a fixed dtype (e.g. torch.zeros(...) or .float() "
+                        f"without dtype=x.dtype); keep the input's dtype")
+    wanted = case.params.get("param_grads")
+    if wanted:
+        for name, status in notes.get("param_grads") or []:
+            if wanted is not True and not any(part in name.lower() for part in wanted):
+                continue        # a parameter this exercise does not use yet (e.g. positions before Q4)
+            if status == "frozen":
+                return f"the parameter {name} is frozen (requires_grad=False): it would never be trained"
+            if status in ("none", "zero"):
+                return (f"the gradient of the parameter {name} is {'missing' if status == 'none' else 'zero'}: "
+                        f"the output does not depend on it through autograd (detached with .detach() or "
+                        f".data, or not used)")
+    return None
 
 
 def verify_parameters(question: Question, cases: list) -> None:

@@ -52,16 +52,24 @@ class _DrawCase:
     def __init__(self, case):
         self.case = case
 
-    def tensor(self, array):
+    def tensor(self, array, dtype=None, requires_grad=False):
         import torch
         return torch.from_numpy(np.array(array, copy=True))
+
+    def seed(self, value):
+        import torch
+        torch.manual_seed(int(value))
+
+    def grads(self, out, upstream, inputs, module=None, params=False):
+        pass
 
     def call(self, fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
-    def build(self, cls, *args, heads=None, head_width=None, record_tensors=False, **kwargs):
+    def build(self, cls, *args, heads=None, head_width=None, record_tensors=False, train=False, dtype=None,
+              **kwargs):
         module = cls(*args, **kwargs)
-        module.eval()
+        module.train(bool(train))
         return module
 
     def output(self, name, value):

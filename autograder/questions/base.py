@@ -9,6 +9,21 @@ code in the grading sandbox. ``run_case(answer, case, recorder)`` is called twic
   student's answer and the inputs the grader drew for this run (plain arrays);
 * in the grader's process, by :mod:`autograder.judging.judge`, with each reference and each
   catalogued mistake, on the same inputs in float64 and with the student's parameters.
+
+What a recipe may ask of its recorder ``rec`` (same calls on both sides):
+
+* ``rec.tensor(array, dtype=None, requires_grad=False)``: the input as a tensor (inputs come
+  from :mod:`autograder.questions.inputs`: ``I.randn``, ``I.randint``, ``I.bernoulli_mask``);
+  ``dtype="float64"`` gives the answer float64 inputs, and its outputs must stay float64;
+* ``rec.build(cls, *args, train=False, dtype=None, heads=, head_width=, **kwargs)``: the
+  student's module with the checker's parameter values, in eval mode (``train=True``: train
+  mode, for dropout cases); ``rec.seed(n)`` seeds torch's generator (dropout masks);
+* ``rec.call(fn, *args, **kwargs)``, ``rec.unpack(value, names, what)``, ``rec.output(name, value)``;
+* ``rec.grads(out, upstream, {"x": x}, module, params=False)``: backpropagate
+  ``sum(out * upstream)``; the gradient of each named input is compared like an output
+  (``grad_x``); with a case parameter ``param_grads`` (True, or name fragments) every
+  matching parameter must receive a nonzero gradient (detached/frozen parameters fail).
+  Set ``grads=True`` in the case's params so the judge records the graph.
 """
 from __future__ import annotations
 

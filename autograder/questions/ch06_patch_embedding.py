@@ -59,7 +59,17 @@ def _build_patch_embedding(rec, answer, p, need_img_size=False):
 
 
 def _images(rec, p):
-    return rec.tensor(I.randn((p["B"], p["C"], p["img"], p["img"]), p["seed"]))   # (B, C, H, W)
+    return rec.tensor(I.randn((p["B"], p["C"], p["img"], p["img"]), p["seed"]),   # (B, C, H, W)
+                      dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
+
+
+def _backward(rec, p, module, images, tokens):
+    """Gradient cases: backpropagate a random upstream gradient through the tokens."""
+    if not p.get("grads"):
+        return
+    n = (p["img"] // p["P"]) ** 2
+    upstream = rec.tensor(I.randn((p["B"], n + 1, p["E"]), p["seed"] + 7))   # (B, N+1, E)
+    rec.grads(tokens, upstream, {"images": images}, module, params=bool(p.get("param_grads")))
 
 
 def _dims(p):
@@ -131,15 +141,22 @@ Q3_CASES = [
           C=3, P=4, E=10, img=8, B=3, seed=142),
     _case("PatchEmbedding(in_channels=1, patch_size=2, emb_size=6, img_size=6), images (2, 1, 6, 6)",
           C=1, P=2, E=6, img=6, B=2, seed=143),
+    _case("PatchEmbedding(in_channels=2, patch_size=2, emb_size=6, img_size=4), float64 images (2, 2, 4, 4), "
+          "gradients of the images and of every parameter", C=2, P=2, E=6, img=4, B=2, seed=144,
+          dtype="float64", grads=True, param_grads=("cls", "class", "proj", "weight", "bias")),
 ]
 
 
 def _run_tokens(answer, case, rec, need_img_size=False):
     p = case.params
     module = _build_patch_embedding(rec, answer, p, need_img_size=need_img_size)
-    out = rec.call(module, _images(rec, p))
+    if p.get("dtype"):
+        module = module.double()
+    images = _images(rec, p)
+    out = rec.call(module, images)
     rec.check_new_params(module)
     rec.output("tokens", out)
+    _backward(rec, p, module, images, out)
 
 
 def _run_q3(answer, case, rec):

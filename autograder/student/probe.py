@@ -132,10 +132,50 @@ class ProbeCase:
         self.error = None
 
     # inputs -------------------------------------------------------------
-    def tensor(self, array: np.ndarray):
-        """The torch tensor the answer receives (float32 for float data)."""
+    def tensor(self, array: np.ndarray, dtype: str | None = None, requires_grad: bool = False):
+        """The torch tensor the answer receives: float32 for float data, or float64 when
+        ``dtype="float64"`` (the answer must then keep float64); ``requires_grad`` for the
+        gradient checks."""
         import torch
-        return torch.from_numpy(np.array(array, copy=True))
+        tensor = torch.from_numpy(np.array(array, copy=True))
+        if dtype == "float64" and tensor.is_floating_point():
+            tensor = tensor.double()
+            self.notes["float64_inputs"] = True
+        if requires_grad:
+            tensor.requires_grad_(True)
+        return tensor
+
+    def seed(self, value: int) -> None:
+        """Seed torch's generator (dropout masks) the same way on both sides."""
+        import torch
+        torch.manual_seed(int(value))
+
+    def grads(self, out, upstream, inputs: dict, module=None, params: bool = False):
+        """Backpropagate ``sum(out * upstream)``: record the gradient of each tensor of
+        ``inputs`` as output ``grad_<name>``, and, with ``params``, how each parameter of
+        ``module`` was reached (``notes["param_grads"]``: [name, "ok"|"frozen"|"none"|"zero"])."""
+        import torch
+        if type(out) is not torch.Tensor:
+            raise BadOutput(f"the output is a {type(out).__name__}; the gradient check needs a torch.Tensor")
+        if not out.requires_grad:
+            raise CaseFailure("the output does not depend differentiably on the input (no gradient flows "
+                              "back: was it computed with numpy, under torch.no_grad(), or detached?)")
+        named = list(module.named_parameters()) if (params and module is not None) else []
+        wrt = list(inputs.values()) + [p for _, p in named if p.requires_grad]
+        with torch.enable_grad():
+            found = torch.autograd.grad((out * upstream.to(out.dtype)).sum(), wrt, allow_unused=True)
+        for (name, tensor), grad in zip(inputs.items(), found):
+            self.output(f"grad_{name}", grad if grad is not None else torch.zeros_like(tensor))
+        if params:
+            rest = iter(found[len(inputs):])
+            status = []
+            for name, param in named:
+                if not param.requires_grad:
+                    status.append([name, "frozen"])
+                    continue
+                grad = next(rest)
+                status.append([name, "none" if grad is None else "zero" if not bool(grad.abs().sum() > 0) else "ok"])
+            self.notes["param_grads"] = status
 
     # calling the answer --------------------------------------------------
     def call(self, fn, *args, **kwargs):
@@ -144,7 +184,7 @@ class ProbeCase:
         return fn(*args, **kwargs)
 
     def build(self, cls, *args, heads: int | None = None, head_width: int | None = None,
-              record_tensors: bool = False, **kwargs):
+              record_tensors: bool = False, train: bool = False, dtype: str | None = None, **kwargs):
         """Instantiate the student's module, set its parameters to the checker's values."""
         import torch
         from torch import nn
@@ -155,7 +195,7 @@ class ProbeCase:
         module = self.call(cls, *args, **kwargs)
         if not isinstance(module, nn.Module):
             raise CaseFailure(f"{cls.__name__}(...) is not an nn.Module")
-        module.eval()
+        module.train(bool(train))
         index = len(self.modules)
         seed = int(self.case.params.get("seed", 0))
         record = {"params": [], "values": {}, "tensors": {}, "class": type(module).__name__}
@@ -185,11 +225,17 @@ class ProbeCase:
         record["param_names_before"] = [p[0] for p in record["params"]]
         self.modules.append(record)
         module._autograder_record = index  # lets output() notice layers created during forward
+        if dtype == "float64":
+            module.double()
+            self.notes["float64_inputs"] = True
         return module
 
     # results -------------------------------------------------------------
     def output(self, name: str, value):
         self.outputs[name] = to_array(value, name)
+        import torch
+        if type(value) in (np.ndarray, torch.Tensor):
+            self.notes.setdefault("dtypes", {})[name] = str(value.dtype).replace("torch.", "")
         return self.outputs[name]
 
     def unpack(self, value, names: tuple, what: str):
