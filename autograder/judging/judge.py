@@ -356,6 +356,14 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
         mistake = None
     if mistake is not None:
         text = f"Looks like a known mistake: {mistake.title}. {mistake.hint} " + text
+    else:
+        diagnose = entry(question.id).diagnose
+        try:
+            found = diagnose(question, data) if diagnose is not None else None
+        except Exception:  # noqa: BLE001 - a diagnosis is a bonus, never a reason to fail the verdict
+            found = None
+        if found:
+            text = f"{found.rstrip('.')}. " + text
     return fail(text, mistake=mistake.key if mistake else None)
 
 

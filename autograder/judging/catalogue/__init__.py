@@ -17,15 +17,18 @@ class Entry:
     references: Callable[[], list]                 # correct answers (any may match)
     catalogue: Sequence[Mistake] = ()
     reference_parts: Callable[[], Any] | None = None  # parts for composite catalogue answers
+    # when no catalogued mistake matches: diagnose(question, data) -> a sentence naming the
+    # property that failed ("the output does not depend on the mask"), or None
+    diagnose: Callable[[Any, dict], str | None] | None = None
 
 
 _ENTRIES: dict[str, Entry] = {}
 
 
-def add(qid: str, references, catalogue=(), reference_parts=None) -> None:
+def add(qid: str, references, catalogue=(), reference_parts=None, diagnose=None) -> None:
     if qid in _ENTRIES:
         raise ValueError(f"duplicate catalogue entry {qid!r}")
-    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts)
+    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts, diagnose)
 
 
 def entry(qid: str) -> Entry:
