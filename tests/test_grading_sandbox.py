@@ -44,7 +44,7 @@ def zygote(request, tmp_path_factory):
     (secret / "gradebook.db").write_text("secret")
     z = sandbox.Zygote(payload="autograder.student.zygote:script_payload", preload=("numpy",),
                        preload_checks=False, hide=(str(secret), str(REPO)),
-                       sandbox_mode=request.param)
+                       sandbox_mode=request.param, memory_mb=512)
     z.start()
     z.secret = secret
     yield z
@@ -211,6 +211,33 @@ def test_exit_and_signal_statuses(zygote):
     assert (r.status, data["result"]) == ("ok", "ProcessLookupError")   # nobody else to signal
     # the grader's own process is untouched and the zygote still answers
     assert run(zygote, "RESULT = 'alive'")[1]["result"] == "alive"
+
+
+FORKED_ALLOCATIONS = """
+import os, time
+pids = []
+for i in range(N):
+    pid = os.fork()
+    if pid == 0:
+        block = bytearray(300 << 20)
+        for j in range(0, len(block), 4096):
+            block[j] = 1
+        time.sleep(1)
+        os._exit(0)
+    pids.append(pid)
+RESULT = [os.waitpid(pid, 0)[1] for pid in pids]
+"""
+
+
+def test_memory_is_limited_for_all_processes_of_a_submission(zygote):
+    """--memory bounds the sum over the student's processes (a cgroup), not each process:
+    three children of 300 MB under a 512 MB allowance do not all survive; one alone does."""
+    assert zygote.group is not None, "a writable memory cgroup exists on this machine (cgroup v1 or v2)"
+    r, data = run(zygote, FORKED_ALLOCATIONS.replace("N", "1"), memory_mb=512)
+    assert data["result"] == [0], (r, data)
+    r, data = run(zygote, FORKED_ALLOCATIONS.replace("N", "3"), memory_mb=512)
+    assert r.status == "ok" and 0 < data["result"].count(9) < 3, (r, data)   # SIGKILL by the OOM killer
+    assert run(zygote, "RESULT = 'alive'")[1]["result"] == "alive"            # the zygote survived
 
 
 def test_frames_reject_garbage():

@@ -58,6 +58,14 @@ class Group:
         with open(self.path / "cgroup.procs", "w") as handle:
             handle.write(str(os.getpid()))
 
+    def usage(self) -> int | None:
+        for name in ("memory.current", "memory.usage_in_bytes"):
+            try:
+                return int((self.path / name).read_text())
+            except (OSError, ValueError):
+                continue
+        return None
+
     def peak(self) -> int | None:
         for name in ("memory.peak", "memory.max_usage_in_bytes"):
             try:

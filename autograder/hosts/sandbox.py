@@ -47,7 +47,7 @@ BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 BUNDLE_MOUNT = "/opt/grader"        # where the bundle appears inside the sandbox
 HIDDEN_PACKAGES = ("vitref", "autograder")
 UID_BASE = 1_900_000_000            # student processes run as UID_BASE + slot: owns no file
-ZYGOTE_BASE_MB = 768                # the zygote's own memory in its job's cgroup (torch imported)
+ZYGOTE_BASE_MB = 2048               # room for the zygote's imports in its job's cgroup, before it is ready
 
 
 @dataclass
@@ -394,7 +394,7 @@ class Zygote:
                "PYTHONDONTWRITEBYTECODE": "1"}
         if self.memory_mb and self.group is None:
             from .cgroup import job_group
-            # the zygote's own memory (torch imported, ~0.5 GB) plus what a student may use
+            # until the zygote is ready (torch imported): room for its imports plus the allowance
             self.group = job_group(f"autograder-{os.getpid()}-{self.slot}",
                                    (ZYGOTE_BASE_MB + int(self.memory_mb)) << 20)
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -407,6 +407,10 @@ class Zygote:
         header, _ = self._read(self.start_timeout)
         if header.get("status") != "ready":
             raise SandboxError(f"the grading sandbox did not start: {header}")
+        if self.group is not None:
+            # the zygote's own memory (its imports) is now known: the student gets --memory on top
+            base = self.group.usage() or (ZYGOTE_BASE_MB << 20)
+            self.group.set_limit(base + (int(self.memory_mb) << 20))
 
     def close_process(self) -> None:
         """Kill the zygote (and with it whatever runs in its sandbox)."""
