@@ -227,7 +227,96 @@ for rel in ["grades.csv", "gradebook.db", ".autograder/results/vandal/{A}.json",
         "from vitref.attention import AttentionHead"))
     S.write(nb, root, "vitref_late", A)
     expect["vitref_import"] = expect["vitref_late"] = {q: 0.0 for q in POINTS}
+
+    # ---- answers built from the grader's own code: the catalogue is not in the sandbox
+    nb = S.replace_definition(sol(), "scaled_dot_product_attention", '''
+import sys
+def scaled_dot_product_attention(q, k, v, mask=None):
+    for name in list(sys.modules):
+        if "catalogue" in name or "judging" in name:
+            return sys.modules[name]._attn(fill=-1e9)(None)(q, k, v, mask)
+    import importlib
+    module = importlib.import_module("auto" + "grader.judging.catalogue.ch03_attention")
+    return module._attn(fill=-1e9)(None)(q, k, v, mask)
+''')
+    S.write(nb, root, "catalogue_builder", A)
+    expect["catalogue_builder"] = {**only("attention"), "attention_head": 0.0}   # the head calls it
+
+    # ---- forbidden functions hidden from the static scan, the profiler switched off
+    hidden = {
+        "computed_softmax": "    import sys, torch\n    sys.setprofile(None)\n"
+                            "    return getattr(torch, 'soft' + 'max')(x, dim)",
+        "aten_softmax": "    import torch\n    return torch.ops.aten._softmax.default(x, dim, False)",
+        "exec_softmax": "    import base64\n    ns = {'x': x, 'dim': dim}\n"
+                        "    exec(base64.b64decode('aW1wb3J0IHRvcmNoOyBvdXQgPSB0b3JjaC5zb2Z0bWF4KHgsIGRpbSk=').decode(), ns)\n"
+                        "    return ns['out']",
+        "refs_softmax": "    import torch._refs\n    return torch._refs.softmax(x, dim)",
+        "log_softmax_exp": "    import torch\n    return getattr(x, 'log_' + 'softmax')(dim).exp()",
+    }
+    for student, body in hidden.items():
+        nb = S.replace_definition(sol(), "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
+        S.write(S.replace_definition(nb, "softmax", f"def softmax(x, dim=-1):\n{body}\n"), root, student, A)
+        expect[student] = only("softmax")
+    # the library result computed in a cell (before the check), then served by the answer
+    nb = S.replace_definition(sol(), "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
+    nb = S.replace_definition(nb, "softmax", '''
+import sys, torch
+_CACHE = {}
+try:
+    _inputs = sys.modules["autograder.questions.inputs"].current()
+    for key, array in getattr(_inputs, "arrays", {}).items():
+        t = torch.from_numpy(array)
+        for dim in range(-t.dim(), t.dim()):
+            _CACHE[(key, dim)] = getattr(torch, "soft" + "max")(t.float(), dim)
+except Exception:
+    pass
+
+def softmax(x, dim=-1):
+    for (key, d), out in _CACHE.items():
+        if d == dim and out.shape == x.shape:
+            return out
+    return x
+''')
+    S.write(nb, root, "precomputed_in_cell", A)
+    expect["precomputed_in_cell"] = only("softmax")
+    # attention head through PyTorch's own module, by a computed name
+    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
+        "        import torch\n        mha = getattr(torch.nn, 'Multihead' + 'Attention')(x.shape[-1], 1, batch_first=True)\n"
+        "        out, w = mha(x, x, x)\n        return out[..., :self.query.out_features], w")), root, "hidden_mha", A)
+    expect["hidden_mha"] = only("attention_head")
+
+    # ---- the secret inputs: the student's process swaps the source back to the public
+    # inputs, then answers from a table precomputed for them
+    nb = S.replace_definition(sol(), "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
+    nb = S.replace_definition(nb, "softmax", "import sys\n"
+                              "_I = sys.modules['autograder.questions.inputs']\n"
+                              "_I._SOURCE = _I.PublicSource()\n" + S.lookup_softmax_source())
+    S.write(nb, root, "public_source_swap", A)
+    expect["public_source_swap"] = only("softmax")
+
+    # ---- the time budget is per submission: a cell that ignores the alarm and sleeps
+    S.write(S.insert_cell(sol(), "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                                 "time.sleep(1000)"), root, "sleep_no_alarm", A)
+    expect["sleep_no_alarm"] = full
     return expect
+
+
+# The threat model, one group per kind of attack (each student above belongs to one).
+THREATS = {
+    "honest work is graded in full": ["honest1", "honest_no_tests"],
+    "a broken or missing answer costs only its own points": [
+        "blank", "crash", "hang_answer", "hang_hard", "hang_cell", "exit_cell", "exit_answer", "sysexit",
+        "invalid_json", "sleep_no_alarm"],
+    "the verdict is computed outside the student's process": [
+        "patch_compare", "lying_tensor", "edited_tests", "lookup_table", "public_source_swap"],
+    "no answer from the course's own code": ["vitref_import", "vitref_late", "catalogue_builder"],
+    "forbidden functions cannot be used, however hidden": [
+        "computed_softmax", "aten_softmax", "exec_softmax", "refs_softmax", "log_softmax_exp",
+        "precomputed_in_cell", "hidden_mha"],
+    "nothing outside the sandbox can be read, written or stopped": [
+        "read_solutions", "read_solutions_late", "vandal", "kill_all"],
+    "resources are bounded": ["memory_bomb", "fork_bomb"],
+}
 
 
 @pytest.fixture(scope="module")
@@ -242,6 +331,12 @@ def batch(tmp_path_factory):
     return root, expect, proc.stdout + proc.stderr
 
 
+def test_every_student_is_in_the_threat_model(batch):
+    root, expect, log = batch
+    listed = [s for students in THREATS.values() for s in students]
+    assert sorted(listed) == sorted(expect)
+
+
 def test_every_row_present(batch):
     root, expect, log = batch
     rows = S.read_csv(root)
@@ -253,12 +348,9 @@ def test_every_row_present(batch):
     assert len(rows) == len(expect) * len(POINTS) + 1
 
 
-@pytest.mark.parametrize("student", [
-    "honest1", "honest_no_tests", "blank", "crash", "hang_answer", "hang_hard", "hang_cell",
-    "exit_cell", "exit_answer", "sysexit", "kill_all", "patch_compare", "lying_tensor",
-    "read_solutions", "read_solutions_late", "vandal", "memory_bomb", "fork_bomb",
-    "invalid_json", "edited_tests", "vitref_import", "vitref_late", "lookup_table"])
-def test_scores(batch, student):
+@pytest.mark.parametrize("threat, student", [(t, s) for t, students in THREATS.items() for s in students],
+                         ids=[f"{t.split()[0]}...-{s}" for t, students in THREATS.items() for s in students])
+def test_scores(batch, threat, student):
     root, expect, log = batch
     rows = S.read_csv(root)
     got = {qid: rows[(student, A, qid)][0] for qid in POINTS}

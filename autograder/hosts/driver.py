@@ -43,21 +43,45 @@ def options_for(timeout: float) -> dict:
     return {"cell_timeout": max(5.0, timeout / 4), "probe_timeout": max(5.0, timeout / 6)}
 
 
+def ban_groups(qids: list[str]) -> list[tuple[tuple[str, ...], list[str]]]:
+    """The questions grouped by what their exercises forbid, in question order: the notebook
+    runs once per group, with that group's forbidden functions removed from the start."""
+    from ..questions import question
+
+    groups: dict[tuple[str, ...], list[str]] = {}
+    for qid in qids:
+        groups.setdefault(tuple(sorted(question(qid).forbidden)), []).append(qid)
+    return list(groups.items())
+
+
 def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs: bytes = b"") -> Outcome:
-    """Run a notebook on ``host`` (again without the culprit cell if its process dies)."""
+    """Run a notebook on ``host`` once per group of :func:`ban_groups` (again without a
+    culprit cell if its process dies), all within one budget of ``limits.timeout``."""
     outcome = Outcome()
-    skip: list[int] = []
-    todo = list(qids)
-    started = time.monotonic()
-    budget_end = started + float(limits.timeout)
-    notes: list[str] = []
-    for attempt in range(MAX_ATTEMPTS):
-        left = budget_end - time.monotonic()
-        if attempt and left < MIN_ATTEMPT:
-            notes.append("no time left in the submission's budget to run the notebook again")
+    state = {"skip": [], "notes": [], "started": time.monotonic()}
+    state["end"] = state["started"] + float(limits.timeout)
+    for ban, group in ban_groups(list(qids)):
+        _run_group(host, raw, group, list(ban), limits, name, inputs, outcome, state)
+        if outcome.status == "invalid":
             break
-        outcome.attempts = attempt + 1
-        options = dict(options_for(float(limits.timeout)), timeout=left, skip_cells=skip)
+    outcome.reason = "; ".join(dict.fromkeys(state["notes"]))
+    outcome.seconds = time.monotonic() - state["started"]
+    return outcome
+
+
+def _run_group(host, raw, qids, ban, limits, name, inputs, outcome, state) -> None:
+    skip, notes = state["skip"], state["notes"]
+    todo = list(qids)
+    for attempt in range(MAX_ATTEMPTS):
+        left = state["end"] - time.monotonic()
+        if left < MIN_ATTEMPT and (attempt or outcome.attempts):
+            notes.append("no time left in the submission's budget to run the notebook again")
+            for qid in todo:
+                outcome.probes.setdefault(qid, {"unavailable": "not checked: the notebook used up its time "
+                                                               f"limit of {limits.timeout:g} s"})
+            break
+        outcome.attempts += 1
+        options = dict(options_for(float(limits.timeout)), timeout=left, skip_cells=list(skip), ban=ban)
         run = host.run(raw, todo, limits, name=name, options=options, inputs=inputs, timeout=left)
         done, last = False, None
         for header, blob in wire.frames(run.data):
@@ -69,11 +93,17 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs:
                                                           f"{header.get('reason', '')}"}
             elif kind in ("cell", "probe"):
                 last = header
-            elif kind == "cells" and attempt == 0:
-                errors = [str(e) for e in header.get("errors", [])]
-                outcome.cell_errors = errors[:50]
-                if errors:
-                    notes.append("errors while running the notebook: " + "; ".join(errors[:3]))
+            elif kind == "cells":
+                if not outcome.cell_errors:
+                    errors = [str(e) for e in header.get("errors", [])]
+                    outcome.cell_errors = errors[:50]
+                    if errors:
+                        notes.append("errors while running the notebook: " + "; ".join(errors[:3]))
+                for index in header.get("timed_out") or []:
+                    if isinstance(index, int) and index not in skip:
+                        skip.append(index)     # a cell that hit its time limit is not run again
+                        notes.append(f"cell {index + 1} did not finish within its time limit; "
+                                     f"later runs of the notebook skip it")
             elif kind == "result" and header.get("qid") in todo:
                 try:
                     outcome.probes[header["qid"]] = {"data": wire.read_result(header, blob)}
@@ -108,6 +138,3 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs:
         todo = [q for q in todo if q not in outcome.probes]
         if not todo:
             break
-    outcome.reason = "; ".join(notes)
-    outcome.seconds = time.monotonic() - started
-    return outcome

@@ -169,10 +169,11 @@ def describe_error(error: BaseException, cell_index: int) -> str:
     return f"cell {cell_index + 1}{where}: {type(error).__name__}" + (f": {message}" if message else "")
 
 
-def run_cells(cells: list[str], namespace: dict, budget, skip=(), on_cell=None) -> list[str]:
+def run_cells(cells: list[str], namespace: dict, budget, skip=(), on_cell=None, timed_out=None) -> list[str]:
     """Run the cells in ``namespace``, in order, each under an alarm of ``budget(index)``
     seconds (None or <= 0: stop there). A cell that raises, exits or runs out of time is
-    recorded and the next one runs. ``on_cell(index)`` is called before each cell.
+    recorded and the next one runs. ``on_cell(index)`` is called before each cell; the
+    indices of cells stopped by the alarm are appended to ``timed_out``.
     Returns the errors, one line each."""
     import builtins
     import linecache
@@ -198,6 +199,8 @@ def run_cells(cells: list[str], namespace: dict, budget, skip=(), on_cell=None) 
             exec(compile(cell, filename, "exec"), namespace)  # noqa: S102 - running the submission is the point
         except CellTimeout:
             errors.append(f"cell {index + 1}: did not finish within {seconds:.0f} s")
+            if timed_out is not None:
+                timed_out.append(index)
         except BaseException as error:  # noqa: BLE001 - SystemExit, KeyboardInterrupt... recorded
             errors.append(describe_error(error, index))
         finally:

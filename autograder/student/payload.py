@@ -8,10 +8,12 @@
    is made unimportable and ``autograder.check``/``grade`` become no-ops;
 2. the code cells run in order, each under its own alarm (a cell that raises, exits or
    hangs is recorded and the next cell runs);
-3. each question is probed in a *fork* of that process: the fork first removes what the
-   exercise forbids (:func:`autograder.student.ban.install`, which student code cannot
-   undo), then calls the answer on the inputs under an alarm, sends the plain result and
-   exits. The parent waits with a hard deadline and kills a fork that outlives it, so an
+3. each question is probed in a *fork* of that process: the fork removes what the exercise
+   forbids (:func:`autograder.student.ban.install`, which student code cannot undo; the
+   grader runs the notebook once per set of forbidden functions and passes that set as
+   ``options["ban"]``, installed before the first cell, so no cell can precompute with a
+   forbidden function either), then calls the answer on the inputs under an alarm, sends
+   the plain result and exits. The parent waits with a hard deadline and kills a fork that outlives it, so an
    answer that ignores the alarm, exits or crashes costs only its own question, and no
    question's probe changes the state another one sees.
 
@@ -79,6 +81,11 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
     cell_cap = float(options.get("cell_timeout", 20))
     probe_cap = float(options.get("probe_timeout", 15))
     skip = set(options.get("skip_cells", ()))
+    if options.get("ban"):
+        # what the questions of this run forbid is gone before any student code runs, so no
+        # cell can compute (or precompute) with it, whatever it patches afterwards
+        from .ban import install
+        install(options["ban"])
     try:
         source = _load_inputs(path, options)
     except Exception as error:  # noqa: BLE001 - a broken inputs file is the host's bug: say so
@@ -98,10 +105,12 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
 
     reserve = min(probe_cap * len(questions), max(deadline - time.monotonic(), 0) / 2)
     namespace = {"__name__": "__main__", "get_ipython": lambda: Shell(), "display": lambda *a, **k: None}
+    timed_out: list[int] = []
     errors = run_cells(cells, namespace, skip=skip,
                        budget=lambda index: min(cell_cap, deadline - reserve - time.monotonic()),
-                       on_cell=lambda index: emit(wire.frame({"event": "cell", "index": index})))
-    emit(wire.frame({"event": "cells", "count": len(cells), "errors": errors[:20]}))
+                       on_cell=lambda index: emit(wire.frame({"event": "cell", "index": index})),
+                       timed_out=timed_out)
+    emit(wire.frame({"event": "cells", "count": len(cells), "errors": errors[:20], "timed_out": timed_out}))
     if options.get("own_pid_namespace"):
         _stop_strays()
 

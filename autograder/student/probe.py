@@ -108,7 +108,7 @@ def describe_exception(error: BaseException) -> dict:
     frames = traceback.extract_tb(error.__traceback__)
     for frame in reversed(frames):
         filename = os.path.abspath(frame.filename) if not frame.filename.startswith("<") else frame.filename
-        if filename.startswith(library):
+        if filename.startswith(library) or filename.startswith("<frozen"):
             continue
         line = (frame.line or "").strip()
         where = f"line {frame.lineno} in {frame.name}" + (f": {line[:120]}" if line else "")
