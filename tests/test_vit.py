@@ -136,3 +136,19 @@ def test_vit_mean_pooling_feeds_the_head_the_average_patch_token(float64):
     torch.testing.assert_close(cls_model(images), model.head(features[:, 0]))
     with pytest.raises(ValueError, match="pool must be 'cls'.*'mean'.*got 'max'"):
         vitref.ViT(img_size=8, patch_size=4, pool="max")
+
+
+def test_graded_modules_are_what_import_vitref_loads_except_interop():
+    # The autograder hashes vitref.graded_modules() into its grader version: the list must hold
+    # every module that `import vitref` loads (the checks call those), and no training code.
+    import subprocess
+    import sys
+
+    code = "import sys, vitref; print(' '.join(sorted(m for m in sys.modules if m == 'vitref' or m.startswith('vitref.'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    names = {"__init__" if m == "vitref" else m.split(".", 1)[1] for m in loaded}
+    assert names - {"interop"} == set(vitref.GRADED_MODULES)
+    files = vitref.graded_modules()
+    assert [f.stem for f in files] == list(vitref.GRADED_MODULES) and all(f.is_file() for f in files)
+    assert all(f.parent.name == "vitref" for f in files)             # nothing under vitref/training/
+    assert not {"train", "teacher", "data", "viz", "pretrained", "training"} & set(vitref.GRADED_MODULES)
