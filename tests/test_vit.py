@@ -152,3 +152,14 @@ def test_graded_modules_are_what_import_vitref_loads_except_interop():
     assert [f.stem for f in files] == list(vitref.GRADED_MODULES) and all(f.is_file() for f in files)
     assert all(f.parent.name == "vitref" for f in files)             # nothing under vitref/training/
     assert not {"train", "teacher", "data", "viz", "pretrained", "training"} & set(vitref.GRADED_MODULES)
+
+
+def test_asking_for_the_attention_maps_does_not_change_the_logits_on_a_cpu():
+    # On a CPU, for short sequences, the blocks compute attention step by step with or without
+    # return_attention: the logits are bitwise the same, the maps are softmax rows.
+    model = vitref.ViT(28, 7, 1, 10, 32, 2, 4, 64).eval()
+    x = torch.randn(5, 1, 28, 28)
+    logits, attentions = model(x, return_attention=True)
+    assert torch.equal(logits, model(x))
+    assert [tuple(a.shape) for a in attentions] == [(5, 4, 17, 17)] * 2
+    torch.testing.assert_close(attentions[0].sum(-1), torch.ones(5, 4, 17))
