@@ -1,4 +1,4 @@
-"""vitref.teacher: the convolutional distillation teacher, its targets and the distillation loss."""
+"""vitref.training.teacher: the convolutional distillation teacher, its targets and the distillation loss."""
 import math
 
 import pytest
@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 
 from vitref import data as vdata
-from vitref.teacher import ConvTeacher, distillation_loss, teacher_logits, train_teacher
+from vitref.training.teacher import ConvTeacher, distillation_loss, teacher_logits, train_teacher
 
 INFO = dict(img_size=28, in_channels=1, num_classes=10, mean=(0.5,), std=(0.25,))
 

@@ -1,4 +1,5 @@
-"""vitref.train: schedule, determinism, outputs, the command line's contract, the thread tuner."""
+"""vitref.training (and its entry point vitref.train): schedule, determinism, outputs, the command line's
+contract, the thread tuner, the package's structure."""
 import json
 import math
 import os
@@ -10,7 +11,7 @@ import pytest
 import torch
 
 import vitref
-from vitref import train as vtrain
+from vitref import training as vtrain
 
 TINY = dict(dim=16, depth=1, heads=2, mlp_dim=32, batch_size=64, progress=False)
 
@@ -75,9 +76,9 @@ def test_sincos_positions_encode_row_and_column():
 
 def test_shift_moves_pixels_and_repeats_the_edge():
     x = torch.arange(9.0).view(1, 1, 3, 3)
-    down = vtrain._shift(x, 1, 0)
+    down = vtrain.shift_images(x, 1, 0)
     assert torch.equal(down[0, 0, 1:], x[0, 0, :2]) and torch.equal(down[0, 0, 0], x[0, 0, 0])
-    left = vtrain._shift(x, 0, -1)
+    left = vtrain.shift_images(x, 0, -1)
     assert torch.equal(left[0, 0, :, :2], x[0, 0, :, 1:])
 
 
@@ -190,7 +191,7 @@ def test_batch_slices_in_threads_give_the_whole_batch_gradient_deterministically
 
     def gradients(splits, pool=None):
         model.zero_grad(set_to_none=True)
-        loss, correct = vtrain._forward_backward(model, x, y, teacher, config, splits, pool)
+        loss, correct = vtrain.forward_backward(model, x, y, teacher, config, splits, pool)
         return loss, correct, [p.grad.clone() for p in model.parameters()]
 
     whole_loss, whole_correct, whole = gradients(1)
@@ -228,7 +229,7 @@ def test_sliced_forward_equals_the_model_without_building_graphs():
     model = vitref.ViT(28, 7, 1, 10, 16, 1, 2, 32).eval()
     x = torch.randn(9, 1, 28, 28)
     with ThreadPoolExecutor(2) as pool:
-        sliced = vtrain._SlicedForward(model, 2, pool)
+        sliced = vtrain.SlicedForward(model, 2, pool)
         out = sliced(x)
         assert not out.requires_grad and not sliced.training
         torch.testing.assert_close(out, model(x))
@@ -262,3 +263,88 @@ def test_timm_comparison_model_pools_like_vitref():
         model = vtrain.build_model(vtrain.TrainConfig(arch="timm", pool=pool, **{k: TINY[k] for k in ("dim", "depth", "heads", "mlp_dim")}), info)
         assert model.global_pool == global_pool
         assert isinstance(model.norm, torch.nn.LayerNorm) and isinstance(model.fc_norm, torch.nn.Identity)
+
+
+# ------------------------------------------------------------ the package's structure and entry points
+
+TRAINING_DIR = os.path.join(os.path.dirname(vitref.__file__), "training")
+
+
+def _relative_imports(path):
+    """``(module imported, names)`` of each ``from .x import a, b`` in a vitref.training module."""
+    import ast
+
+    tree = ast.parse(open(path).read())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.level >= 1:
+            target = ("" if node.level == 1 else "..") + (node.module or "")
+            yield target, [alias.name for alias in node.names]
+
+
+def test_training_modules_import_no_private_name_and_form_no_cycle():
+    modules = sorted(f[:-3] for f in os.listdir(TRAINING_DIR) if f.endswith(".py") and f != "__init__.py")
+    assert {"config", "optim", "models", "evaluate", "tuner", "teacher", "loop", "cli"} <= set(modules)
+    graph = {}
+    for module in modules:
+        graph[module] = set()
+        for target, names in _relative_imports(os.path.join(TRAINING_DIR, module + ".py")):
+            private = [n for n in names if n.startswith("_")]
+            assert not private, f"vitref/training/{module}.py imports private names {private} from {target}"
+            if not target.startswith(".."):                       # a sibling module of vitref.training
+                assert target in modules, f"{module} imports an unknown sibling {target!r}"
+                graph[module].add(target)
+    # depth-first search for a cycle among the siblings
+    state = {}
+
+    def visit(module, path):
+        if state.get(module) == "open":
+            raise AssertionError("import cycle: " + " -> ".join(path + [module]))
+        if state.get(module) != "done":
+            state[module] = "open"
+            for target in sorted(graph[module]):
+                visit(target, path + [module])
+            state[module] = "done"
+
+    for module in modules:
+        visit(module, [])
+    assert "loop" not in graph["teacher"] and "cli" not in graph["loop"]
+
+
+def test_legacy_entry_points_re_export_the_training_package():
+    import vitref.teacher
+    import vitref.train
+
+    for name in ("train", "TrainConfig", "PRESETS", "load_checkpoint", "lr_at", "evaluate", "init_sincos_positions",
+                 "build_model", "ThreadTuner", "available_cores"):
+        assert getattr(vitref.train, name) is getattr(vtrain, name), name
+    for name in vitref.teacher.__all__:
+        assert getattr(vitref.teacher, name) is getattr(vtrain.teacher, name), name
+    assert "vitref.train" not in vitref.__dict__.get("__all__", [])
+
+
+def test_console_script_is_declared_and_points_to_the_command_line():
+    import importlib
+    import tomllib
+
+    root = os.path.dirname(os.path.dirname(vitref.__file__))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        scripts = tomllib.load(f)["project"]["scripts"]
+    module, _, function = scripts["vitref-train"].partition(":")
+    assert getattr(importlib.import_module(module), function) is vitref.train.main
+
+
+def test_command_line_and_python_api_give_the_same_seeded_run(tmp_path):
+    # Two code paths to the same run: the command line's defaults (argument parsing, presets) must
+    # be TrainConfig's, and the run bitwise the same as train()'s in this process.
+    env = dict(os.environ, VITREF_FAST="1")
+    command = [sys.executable, "-m", "vitref.train", "--steps", "3", "--seed", "5", "--threads", "1",
+               "--tta", "none", "--out", str(tmp_path), "--name", "cli", "--no-progress"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    saved = torch.load(tmp_path / "cli" / "model.pt", weights_only=True)
+    model, history = vtrain.train(steps=3, seed=5, threads=1, tta="none", out=None, progress=False)
+    expected_config = dict(history["config"], out=str(tmp_path), name="cli")
+    assert saved["config"] == expected_config
+    state = model.state_dict()
+    assert saved["state_dict"].keys() == state.keys()
+    assert all(torch.equal(saved["state_dict"][k], state[k]) for k in state)

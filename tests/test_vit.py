@@ -136,3 +136,30 @@ def test_vit_mean_pooling_feeds_the_head_the_average_patch_token(float64):
     torch.testing.assert_close(cls_model(images), model.head(features[:, 0]))
     with pytest.raises(ValueError, match="pool must be 'cls'.*'mean'.*got 'max'"):
         vitref.ViT(img_size=8, patch_size=4, pool="max")
+
+
+def test_graded_modules_are_what_import_vitref_loads_except_interop():
+    # The autograder hashes vitref.graded_modules() into its grader version: the list must hold
+    # every module that `import vitref` loads (the checks call those), and no training code.
+    import subprocess
+    import sys
+
+    code = "import sys, vitref; print(' '.join(sorted(m for m in sys.modules if m == 'vitref' or m.startswith('vitref.'))))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    names = {"__init__" if m == "vitref" else m.split(".", 1)[1] for m in loaded}
+    assert names - {"interop"} == set(vitref.GRADED_MODULES)
+    files = vitref.graded_modules()
+    assert [f.stem for f in files] == list(vitref.GRADED_MODULES) and all(f.is_file() for f in files)
+    assert all(f.parent.name == "vitref" for f in files)             # nothing under vitref/training/
+    assert not {"train", "teacher", "data", "viz", "pretrained", "training"} & set(vitref.GRADED_MODULES)
+
+
+def test_asking_for_the_attention_maps_does_not_change_the_logits_on_a_cpu():
+    # On a CPU, for short sequences, the blocks compute attention step by step with or without
+    # return_attention: the logits are bitwise the same, the maps are softmax rows.
+    model = vitref.ViT(28, 7, 1, 10, 32, 2, 4, 64).eval()
+    x = torch.randn(5, 1, 28, 28)
+    logits, attentions = model(x, return_attention=True)
+    assert torch.equal(logits, model(x))
+    assert [tuple(a.shape) for a in attentions] == [(5, 4, 17, 17)] * 2
+    torch.testing.assert_close(attentions[0].sum(-1), torch.ones(5, 4, 17))

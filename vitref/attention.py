@@ -35,7 +35,8 @@ def causal_mask(T: int, device=None) -> torch.Tensor:
     return torch.ones(T, T, dtype=torch.bool, device=device).tril()
 
 
-def _mask_as_bool(mask: torch.Tensor, scores_shape: torch.Size) -> torch.Tensor:
+def mask_as_bool(mask, scores_shape: torch.Size) -> torch.Tensor:
+    """``mask`` (1/True = allowed) as a boolean tensor, checked to broadcast to ``scores_shape (..., T, S)``."""
     if not isinstance(mask, torch.Tensor):
         mask = torch.as_tensor(mask)
     try:
@@ -77,7 +78,7 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     d_k = q.shape[-1]
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)                 # (..., T, S)
     if mask is not None:
-        allowed = _mask_as_bool(mask, scores.shape)
+        allowed = mask_as_bool(mask, scores.shape)
         scores = scores.masked_fill(~allowed, float("-inf"))
     weights = softmax(scores, dim=-1)                                 # (..., T, S)
     out = weights @ v                                                 # (..., T, d_v)
@@ -104,4 +105,5 @@ class AttentionHead(nn.Module):
         return scaled_dot_product_attention(q, k, v, mask)
 
 
-__all__ = ["softmax", "causal_mask", "scaled_dot_product_attention", "AttentionHead", "check_qkv"]
+__all__ = ["softmax", "causal_mask", "mask_as_bool", "scaled_dot_product_attention", "AttentionHead",
+           "check_qkv"]

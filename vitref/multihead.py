@@ -3,8 +3,10 @@
 * :class:`MultiHeadAttentionLoop` is the textbook picture: ``h`` independent
   :class:`~vitref.attention.AttentionHead` modules, outputs concatenated, then ``W^O``.
 * :class:`MultiHeadAttention` computes the same function with one ``qkv`` projection,
-  einops ``rearrange`` and batched matrix products (the slides' Q5). It is what the
-  models use; when no attention weights are requested it calls PyTorch's fused kernel.
+  einops ``rearrange`` and batched matrix products (the slides' Q5): scores, mask, softmax,
+  weighted sum, as chapter 3 does for one head. It is what the models use. Its fast path
+  (nothing masked, no weights requested, on a GPU or for long sequences) calls PyTorch's
+  fused kernel ``F.scaled_dot_product_attention`` instead: the same function, faster.
 
 :func:`fused_from_loop` copies a loop module's weights into a fused one, so the two can be
 compared number for number.
@@ -17,63 +19,46 @@ from einops import rearrange
 from torch import nn
 
 from ._checks import check_divisible, expect_dims, expect_last_dim, shape_str
-from .attention import AttentionHead, _mask_as_bool, causal_mask, scaled_dot_product_attention
+from .attention import AttentionHead, causal_mask, mask_as_bool, softmax
 
 
 # On a CPU, PyTorch's fused attention kernel is built for long sequences: for short ones two
 # batched matrix products and a softmax are 2-4x faster, forward and backward
-# (bench/RESULTS.md, "Attention on a CPU"). Keys up to this many take the explicit path.
+# (bench/RESULTS.md, "Attention on a CPU"). Keys up to this many take the step-by-step path.
 EXPLICIT_MAX_KEYS = 128
 
 
-def _attend_explicit(q, k, v, mask, dropout_p):
-    """``softmax(q k^T / sqrt(d)) v`` with PyTorch's softmax: the fast path for short CPU sequences.
+def use_fused_kernel(device: torch.device, num_keys: int, mask, return_attention: bool) -> bool:
+    """Whether to call PyTorch's fused ``F.scaled_dot_product_attention`` instead of the step-by-step
+    attention: only when nothing is masked (``causal`` is the kernel's own flag) and no weights are
+    requested, on a GPU or for more than :data:`EXPLICIT_MAX_KEYS` keys on a CPU. Same function
+    either way; with a mask the step-by-step path gives a query that may attend nothing a zero output."""
+    if mask is not None or return_attention:
+        return False
+    return not (device.type == "cpu" and num_keys <= EXPLICIT_MAX_KEYS)
 
-    ``mask`` is already broadcastable to ``(B, h, T, S)``; rows with nothing to attend to give zeros.
+
+def allowed_keys(mask, causal: bool, scores_shape: torch.Size, device=None) -> torch.Tensor | None:
+    """Which keys each query may attend to: ``None`` (all of them) or a boolean tensor broadcastable
+    to ``scores_shape (B, h, T, S)``, True where query ``t`` may look at key ``s``.
+
+    ``mask`` (1/True = allowed) may be ``(T, S)`` (shared), ``(B, T, S)`` (one per example, the
+    same for every head) or anything broadcastable to ``(B, h, T, S)``; ``causal=True`` also
+    blocks the keys after each query (``s > t``). A mask that does not fit raises a ValueError.
     """
-    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)               # (B, h, T, S)
+    allowed = None
     if mask is not None:
-        allowed = _mask_as_bool(mask, scores.shape)
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    weights = torch.softmax(scores, dim=-1)                                # (B, h, T, S)
-    if mask is not None:
-        weights = weights.masked_fill(~allowed.any(dim=-1, keepdim=True), 0.0)   # fully blocked rows: NaN -> 0
-    if dropout_p:
-        weights = F.dropout(weights, dropout_p)
-    return weights @ v                                                     # (B, h, T, d)
-
-
-def _attend(q, k, v, mask, causal, dropout_p, need_weights, training):
-    """Attention over heads: ``q (B, h, T, d)``, ``k, v (B, h, S, d)`` -> ``(B, h, T, d)`` [, weights].
-
-    ``mask`` may be ``(T, S)`` (shared), ``(B, T, S)`` (one per example, the same for every
-    head) or anything broadcastable to ``(B, h, T, S)``.
-    """
-    T, S = q.shape[-2], k.shape[-2]
-    if mask is not None:
-        mask = torch.as_tensor(mask, device=q.device)
-        if mask.dim() == 3:                       # (B, T, S) -> (B, 1, T, S): per example, shared by heads
+        mask = torch.as_tensor(mask, device=device)
+        if mask.dim() == 3:                                   # (B, T, S) -> (B, 1, T, S): shared by the heads
             mask = mask.unsqueeze(1)
+        allowed = mask_as_bool(mask, scores_shape)
     if causal:
+        T, S = scores_shape[-2:]
         if T != S:
             raise ValueError(f"a causal mask needs as many queries as keys, got T={T}, S={S}")
-        cm = causal_mask(T, device=q.device)
-        mask = cm if mask is None else _mask_as_bool(mask, (*q.shape[:-1], S)) & cm
-    if need_weights:
-        out, weights = scaled_dot_product_attention(q, k, v, mask)          # (B, h, T, d), (B, h, T, S)
-        if dropout_p and training:
-            weights = F.dropout(weights, dropout_p)
-            out = weights @ v
-        return out, weights
-    if q.device.type == "cpu" and S <= EXPLICIT_MAX_KEYS:
-        return _attend_explicit(q, k, v, mask, dropout_p if training else 0.0), None
-    if mask is None:
-        out = F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p if training else 0.0)
-        return out, None
-    allowed = _mask_as_bool(mask, (*q.shape[:-1], S))                      # broadcastable to (B, h, T, S)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, dropout_p=dropout_p if training else 0.0)
-    fully_blocked = ~allowed.any(dim=-1, keepdim=True)                     # rows with nothing to attend to
-    return out.masked_fill(fully_blocked, 0.0), None
+        earlier = causal_mask(T, device=device)               # (T, T): True where s <= t
+        allowed = earlier if allowed is None else allowed & earlier
+    return allowed
 
 
 class MultiHeadAttention(nn.Module):
@@ -95,8 +80,24 @@ class MultiHeadAttention(nn.Module):
         expect_dims(x, "B, N, E", "MultiHeadAttention")
         expect_last_dim(x, self.emb_size, "E", "MultiHeadAttention")
         q, k, v = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", qkv=3, h=self.num_heads)  # each (B, h, N, d)
-        out, weights = _attend(q, k, v, mask, causal, self.dropout, return_attention, self.training)
-        out = self.projection(rearrange(out, "b h n d -> b n (h d)"))        # (B, N, E)
+        if use_fused_kernel(x.device, x.shape[1], mask, return_attention):
+            # the fast path: PyTorch's fused kernel computes the same, without the (N, N) weights
+            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal,
+                                                 dropout_p=self.dropout if self.training else 0.0)   # (B, h, N, d)
+            weights = None
+        else:
+            # attention as chapters 3 and 4 compute it, all heads at once
+            scores = (q * self.head_dim ** -0.5) @ k.transpose(-2, -1)          # (B, h, N, N)
+            allowed = allowed_keys(mask, causal, scores.shape, x.device)        # None, or bool (.., N, N)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, float("-inf"))            # blocked keys: weight 0
+                weights = softmax(scores, dim=-1)     # chapter 3's: a query that may attend nothing gets zeros, not NaN
+            else:
+                weights = torch.softmax(scores, dim=-1)                         # the same function, faster
+            if self.dropout and self.training:
+                weights = F.dropout(weights, self.dropout)
+            out = weights @ v                                                   # (B, h, N, d)
+        out = self.projection(rearrange(out, "b h n d -> b n (h d)"))          # (B, N, E)
         return (out, weights) if return_attention else out
 
 
@@ -169,8 +170,22 @@ class CrossAttention(nn.Module):
             )
         q = rearrange(self.query(x), "b t (h d) -> b h t d", h=self.num_heads)                       # (B, h, T, d)
         k, v = rearrange(self.key_value(context), "b s (kv h d) -> kv b h s d", kv=2, h=self.num_heads)  # (B, h, S, d)
-        out, weights = _attend(q, k, v, mask, False, self.dropout, return_attention, self.training)
-        out = self.projection(rearrange(out, "b h t d -> b t (h d)"))       # (B, T, E)
+        if use_fused_kernel(x.device, context.shape[1], mask, return_attention):
+            # the fast path: PyTorch's fused kernel computes the same, without the (T, S) weights
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
+            weights = None
+        else:
+            scores = (q * self.head_dim ** -0.5) @ k.transpose(-2, -1)          # (B, h, T, S)
+            allowed = allowed_keys(mask, False, scores.shape, x.device)         # None, or bool (.., T, S)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, float("-inf"))            # blocked keys: weight 0
+                weights = softmax(scores, dim=-1)     # chapter 3's: a query that may attend nothing gets zeros, not NaN
+            else:
+                weights = torch.softmax(scores, dim=-1)                         # the same function, faster
+            if self.dropout and self.training:
+                weights = F.dropout(weights, self.dropout)
+            out = weights @ v                                                   # (B, h, T, d)
+        out = self.projection(rearrange(out, "b h t d -> b t (h d)"))          # (B, T, E)
         return (out, weights) if return_attention else out
 
 

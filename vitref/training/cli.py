@@ -1,0 +1,99 @@
+"""The command line: ``python -m vitref.train`` and ``vitref-train`` (same options).
+
+    python -m vitref.train --dataset fashion-mnist --minutes 10
+    vitref-train --dataset fashion-mnist --epochs 5 --seed 1
+
+The last line printed is ``test_accuracy=0.xxxx wall_seconds=NNN`` (a contract that
+bench/train_to_accuracy.py and the tests rely on); ``wall_seconds`` counts from the start of
+the process, as the ``--minutes`` budget does.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+
+from .. import data as vdata
+from .config import PRESETS, TrainConfig
+from .evaluate import TTA_MODES
+from .loop import train
+
+DESCRIPTION = "Train a Vision Transformer from scratch, on a wall-clock budget."
+
+
+def _process_start_time() -> float:
+    """Wall-clock time (``time.time()``) at which this process started (Linux), else now."""
+    try:
+        with open("/proc/self/stat") as f:
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        with open("/proc/stat") as f:
+            boot = next(int(line.split()[1]) for line in f if line.startswith("btime"))
+        started = boot + start_ticks / os.sysconf("SC_CLK_TCK")
+        # btime has 1 s resolution: never claim a start in the future or implausibly far back.
+        return min(started, time.time()) if time.time() - started < 3600 else time.time()
+    except (OSError, ValueError, IndexError, StopIteration):
+        return time.time()
+
+
+def _program_name() -> str:
+    """``vitref-train`` when run as the console script, else ``python -m vitref.train``."""
+    return "vitref-train" if os.path.basename(sys.argv[0]) == "vitref-train" else "python -m vitref.train"
+
+
+def parse_args(argv=None) -> TrainConfig:
+    """The :class:`TrainConfig` of a command line (``--preset``, then one option per config field).
+    Without ``--minutes``, ``--epochs`` or ``--steps`` the budget is 10 minutes."""
+    defaults = TrainConfig()
+    parser = argparse.ArgumentParser(prog=_program_name(), description=DESCRIPTION,
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
+                        help="start from a named recipe; other options override it")
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        kind = type(f.default) if f.default is not None else None
+        if f.name == "dataset":
+            parser.add_argument(flag, choices=sorted(vdata.DATASET_INFO), default=None)
+        elif isinstance(f.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
+                                help=f"(default {f.default})")
+        elif f.name in ("minutes", "epochs"):
+            parser.add_argument(flag, type=float, default=None)
+        elif f.name == "threads":
+            parser.add_argument(flag, type=int, default=None,
+                                help="torch threads (default: timed CPU runs pick 1 or all cores as they go; 0 forces that)")
+        elif f.name in ("steps", "train_limit", "test_limit"):
+            parser.add_argument(flag, type=int, default=None)
+        elif f.name == "grad_clip":
+            parser.add_argument(flag, type=float, default=None, help=f"(default {f.default}; 0 disables)")
+        elif f.name == "tta":
+            parser.add_argument(flag, choices=TTA_MODES, default=None, help=f"(default {f.default})")
+        elif f.name in ("out", "name", "device", "arch", "pos_init"):
+            parser.add_argument(flag, type=str, default=None, help=f"(default {f.default})")
+        else:
+            parser.add_argument(flag, type=kind, default=None, help=f"(default {f.default})")
+    args = vars(parser.parse_args(argv))
+    config = dataclasses.replace(defaults, **PRESETS.get(args.pop("preset") or "", {}))
+    given = {k: v for k, v in args.items() if v is not None}
+    if args.get("out") == "none":
+        given["out"] = None
+    config = dataclasses.replace(config, **given)
+    if config.minutes is None and config.epochs is None and config.steps is None:
+        config = dataclasses.replace(config, minutes=10.0)
+    return config
+
+
+def main(argv=None) -> None:
+    """Train as the command line says; the last line printed is ``test_accuracy=0.xxxx wall_seconds=NNN``."""
+    start = _process_start_time()
+    config = parse_args(argv)
+    model, history = train(config, start_time=start)
+    where = f" in {history['run_dir']}" if "run_dir" in history else ""
+    print(f"{history['num_parameters']:,} parameters, {history['steps']} steps "
+          f"({history['epochs_run']} epochs), saved{where}" if where else
+          f"{history['num_parameters']:,} parameters, {history['steps']} steps ({history['epochs_run']} epochs)")
+    print(f"test_accuracy={history['test_accuracy']:.4f} wall_seconds={time.time() - start:.0f}")
+
+
+__all__ = ["parse_args", "main", "DESCRIPTION"]

@@ -1,0 +1,85 @@
+"""What defines a training run: :class:`TrainConfig`, the named :data:`PRESETS`, the device."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TrainConfig:
+    """Everything that defines a run. Defaults are the Fashion-MNIST CPU recipe."""
+
+    dataset: str = "fashion-mnist"
+    # budget: any of minutes (wall clock for everything), epochs, steps; the first reached ends training
+    minutes: float | None = None
+    epochs: float | None = None
+    steps: int | None = None
+    # model (vitref.ViT)
+    patch_size: int = 7
+    dim: int = 64
+    depth: int = 4
+    heads: int = 4
+    mlp_dim: int = 128
+    dropout: float = 0.0
+    arch: str = "vitref"          # 'vitref' or 'timm' (timm's VisionTransformer, for comparisons)
+    pos_init: str = "sincos"      # 'sincos' (start at a 2-D sine-cosine table, still learned) or 'random'
+    pool: str = "cls"             # what the head sees: 'cls' (class token) or 'mean' (average of the patch tokens)
+    # optimisation
+    batch_size: int = 256
+    lr: float = 2e-3
+    weight_decay: float = 0.05
+    warmup: float = 0.05          # fraction of the progress spent warming up linearly
+    min_lr: float = 0.0           # learning rate at the end of the cosine decay
+    beta2: float = 0.999
+    label_smoothing: float = 0.1
+    grad_clip: float | None = 1.0
+    ema: float = 0.0              # >0: evaluate an exponential moving average of the weights with this decay
+    # distillation from a small CNN trained first, in the same budget (vitref.training.teacher)
+    distill: str = "none"         # 'none', 'soft' (match the teacher's probabilities) or 'hard' (its argmax as a second label)
+    distill_weight: float = 0.5   # loss = (1 - w) * label loss + w * distillation loss
+    distill_temperature: float = 1.0
+    teacher_share: float = 0.25   # timed runs: fraction of the training time that trains the teacher
+    teacher_epochs: float = 5.0   # counted runs (--epochs/--steps): the teacher's epochs
+    teacher_arch: str = "fc"      # vitref.training.teacher.ConvTeacher: 'fc' or 'gap'
+    teacher_lr: float = 2e-3
+    # augmentation (on whole batches, see vitref.data.augment_batch)
+    crop_padding: int = 1
+    crop_from: float = 0.0        # random crops start at this fraction of the progress (0: from the start)
+    flip: bool = True
+    erase: float = 0.0
+    # evaluation
+    tta: str = "flip-shift"       # test-time augmentation: 'none', 'flip' (2 views), 'flip-shift' (10 views)
+    val_size: int = 0             # training images held out for validation (recipe tuning)
+    eval_every_epoch: bool = False  # also evaluate on the test set after each epoch (costs time)
+    eval_batch_size: int = 1000
+    # machine
+    seed: int = 0
+    threads: int | None = None    # torch threads; None: adaptive for timed CPU runs (ThreadTuner), else torch's; 0: adaptive
+    device: str = "auto"
+    compile: bool = False
+    train_limit: int | None = None  # use only the first N training images (VITREF_FAST sets it)
+    test_limit: int | None = None
+    out: str | None = "runs"      # run folder parent (None: save nothing)
+    name: str | None = None       # run folder name (default <dataset>-<time>)
+    progress: bool = True
+
+
+PRESETS = {
+    # the Fashion-MNIST CPU recipe: the TrainConfig defaults
+    "fashion-mnist-cpu": {},
+    # CIFAR-10 on a GPU (Colab T4 or better): vit_tiny_cifar10's shape, stronger regularisation
+    "cifar10-gpu": dict(dataset="cifar10", patch_size=4, dim=128, depth=6, heads=4, mlp_dim=512, batch_size=128,
+                        lr=1e-3, weight_decay=0.05, warmup=0.05, label_smoothing=0.1, crop_padding=4,
+                        flip=True, erase=0.25, dropout=0.0, pos_init="sincos", tta="flip", epochs=100),
+}
+
+
+def resolve_device(name: str) -> torch.device:
+    """``'auto'``: CUDA when available, else the CPU; any other name as ``torch.device`` reads it."""
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+__all__ = ["TrainConfig", "PRESETS", "resolve_device"]
