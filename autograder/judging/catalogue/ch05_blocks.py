@@ -96,8 +96,10 @@ def _block_reference(norm_first):
         v = vitref()
 
         class Reference(v.TransformerEncoderBlock):
-            def __init__(self, emb_size=768, num_heads=8, forward_expansion=4, **kwargs):
-                super().__init__(emb_size, num_heads, forward_expansion=forward_expansion, norm_first=norm_first)
+            def __init__(self, emb_size=768, num_heads=8, forward_expansion=4, drop_p=0.0, forward_drop_p=0.0,
+                         **kwargs):
+                super().__init__(emb_size, num_heads, drop_p=drop_p, forward_expansion=forward_expansion,
+                                 forward_drop_p=forward_drop_p, norm_first=norm_first)
         return [Reference]
     return make
 
