@@ -760,3 +760,21 @@ WRONG += [
     ("conv_patch_embedding", _conv(lambda g: _rows(g).detach()), says("does not depend differentiably")),
     ("conv_patch_embedding", _conv(lambda g: _rows(g).float()), says("float32 although the inputs")),
 ]
+
+
+@right("q7")
+class FFNInplaceDropout(nn.Sequential):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0):
+        super().__init__(nn.Linear(emb_size, expansion * emb_size), nn.GELU(), nn.Dropout(drop_p, inplace=True),
+                         nn.Linear(expansion * emb_size, emb_size))
+
+
+@right("q7b")
+class BlockSlidesWithOwnParts(nn.Sequential):
+    """The slides' form with the chapter's own Q6/Q7 answers written differently."""
+
+    def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, **kwargs):
+        super().__init__(
+            ResidualOutAdd(nn.Sequential(nn.LayerNorm(emb_size), MHA(emb_size, **kwargs), nn.Dropout(drop_p))),
+            ResidualOutAdd(nn.Sequential(nn.LayerNorm(emb_size), FFNExplicit(emb_size, forward_expansion,
+                                                                             forward_drop_p), nn.Dropout(drop_p))))
