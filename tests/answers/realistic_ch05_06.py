@@ -778,3 +778,13 @@ class BlockSlidesWithOwnParts(nn.Sequential):
             ResidualOutAdd(nn.Sequential(nn.LayerNorm(emb_size), MHA(emb_size, **kwargs), nn.Dropout(drop_p))),
             ResidualOutAdd(nn.Sequential(nn.LayerNorm(emb_size), FFNExplicit(emb_size, forward_expansion,
                                                                              forward_drop_p), nn.Dropout(drop_p))))
+
+
+# Named by the diagnoses (no catalogue entry matches them):
+@wrong("q6", says("gradient with respect to x is not"))
+class ResidualDetachedBranch(_Residual):
+    def forward(self, x, **kwargs):
+        return x + self.fn(x.detach(), **kwargs)
+
+
+WRONG.append(("q7", _ffn("up", "gelu", "drop", "down", "drop"), says("In training mode with drop_p=1.0")))
