@@ -379,6 +379,11 @@ def property_problem(question: Question, case: Case, student_case: dict) -> str 
                 return (f"{name} is {dtype} although the inputs (and parameters) are float64: an intermediate "
                         f"tensor was created or cast with a fixed dtype (e.g. torch.zeros(...) or .float() "
                         f"without dtype=x.dtype); keep the input's dtype")
+    if case.params.get("biases"):
+        missing = _missing_bias(student_case)
+        if missing:
+            return (f"the layer {missing} has a weight but no bias (built with bias=False?): the exercise's "
+                    f"nn.Linear / nn.Conv2d / nn.LayerNorm layers keep their bias")
     wanted = case.params.get("param_grads")
     if wanted:
         for name, status in notes.get("param_grads") or []:
@@ -390,6 +395,21 @@ def property_problem(question: Question, case: Case, student_case: dict) -> str 
                 return (f"the gradient of the parameter {name} is {'missing' if status == 'none' else 'zero'}: "
                         f"the output does not depend on it through autograd (detached with .detach() or "
                         f".data, or not used)")
+    return None
+
+
+def _missing_bias(student_case: dict) -> str | None:
+    """The first nn.Linear / conv / LayerNorm of the student's modules that has a weight and
+    no bias (cases with ``biases=True``: the exercise's layers all have one), or None."""
+    for record in student_case.get("modules") or []:
+        params = record.get("params") or []
+        names = {p[0] for p in params}
+        for name, _shape, owner in params:
+            prefix, _, leaf = name.rpartition(".")
+            if leaf == "weight" and (owner in ("linear", "conv") or "norm" in str(owner).lower()):
+                if (f"{prefix}.bias" if prefix else "bias") not in names:
+                    kind = {"linear": "nn.Linear", "conv": "nn.Conv2d"}.get(owner, owner)
+                    return f"{prefix or record.get('class', 'of your module')} ({kind})"
     return None
 
 

@@ -41,6 +41,7 @@ from __future__ import annotations
 from . import inputs as I
 from .base import Case, Question, register
 from .common import build_flexible
+from ..student.probe import CaseFailure
 
 # --------------------------------------------------------------------------- shared helpers
 
@@ -58,29 +59,36 @@ def _build_patch_embedding(rec, answer, p, need_img_size=False):
     return build_flexible(rec, answer, args, kwargs)
 
 
+def _hw(p):
+    """(H, W) of the case's images: square img x img unless the case gives H and W."""
+    return p.get("H", p["img"]), p.get("W", p["img"])
+
+
 def _images(rec, p):
-    return rec.tensor(I.randn((p["B"], p["C"], p["img"], p["img"]), p["seed"]),   # (B, C, H, W)
+    return rec.tensor(I.randn((p["B"], p["C"], *_hw(p)), p["seed"]),   # (B, C, H, W)
                       dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
 
 
-def _backward(rec, p, module, images, tokens):
+def _backward(rec, p, module, images, tokens, extra_tokens=1):
     """Gradient cases: backpropagate a random upstream gradient through the tokens."""
     if not p.get("grads"):
         return
-    n = (p["img"] // p["P"]) ** 2
-    upstream = rec.tensor(I.randn((p["B"], n + 1, p["E"]), p["seed"] + 7))   # (B, N+1, E)
+    h, w = _hw(p)
+    n = (h // p["P"]) * (w // p["P"])
+    upstream = rec.tensor(I.randn((p["B"], n + extra_tokens, p["E"]), p["seed"] + 7))   # (B, N [+1], E)
     rec.grads(tokens, upstream, {"images": images}, module, params=bool(p.get("param_grads")))
 
 
 def _dims(p):
-    n = (p["img"] // p["P"]) ** 2
+    h, w = _hw(p)
+    n = (h // p["P"]) * (w // p["P"])
     dims = {p["B"]: "B", n: "N", p["E"]: "emb_size", p["P"] * p["P"] * p["C"]: "P*P*C"}
     dims.setdefault(n + 1, "N+1")
     return dims
 
 
 def _case(label, **p):
-    return Case(label, p, _dims(p))
+    return Case(label, {"biases": True, **p}, _dims(p))
 
 
 # --------------------------------------------------------------------------- q2 projection
@@ -92,14 +100,27 @@ Q2_CASES = [
           C=1, P=2, E=6, img=6, B=1, seed=132),
     _case("PatchEmbedding(in_channels=2, patch_size=2, emb_size=6), images (3, 2, 4, 4)",
           C=2, P=2, E=6, img=4, B=3, seed=133),
+    _case("PatchEmbedding(in_channels=2, patch_size=2, emb_size=10), float64 images (2, 2, 4, 6) (not square): "
+          "the output and the gradients of the images and of the projection's parameters",
+          C=2, P=2, E=10, img=4, H=4, W=6, B=2, seed=134, dtype="float64", grads=True, param_grads=True),
 ]
 
 
 def _run_q2(answer, case, rec):
     p = case.params
     module = _build_patch_embedding(rec, answer, p)
-    out = rec.call(module.projection, _images(rec, p))
+    if p.get("dtype"):
+        module = module.double()
+    images = _images(rec, p)
+    projection = getattr(module, "projection", None)
+    if projection is None:
+        raise CaseFailure(f"{type(module).__name__} has no attribute projection: Q2 asks for self.projection = "
+                          f"nn.Sequential(Rearrange(...), nn.Linear(...))")
+    out = rec.call(projection, images)
+    rec.check_new_params(module)
     rec.output("patch_embeddings", out)
+    if p.get("grads"):
+        _backward(rec, p, projection, images, out, extra_tokens=0)
 
 register(Question(
     id="q2",
@@ -190,6 +211,9 @@ Q4_CASES = [
           C=3, P=4, E=10, img=8, B=2, seed=151),
     _case("PatchEmbedding(in_channels=1, patch_size=2, emb_size=6, img_size=8), images (1, 1, 8, 8)",
           C=1, P=2, E=6, img=8, B=1, seed=152),
+    _case("PatchEmbedding(in_channels=2, patch_size=2, emb_size=6, img_size=4), float64 images (3, 2, 4, 4), "
+          "gradients of the images and of the class token and projection", C=2, P=2, E=6, img=4, B=3, seed=153,
+          dtype="float64", grads=True, param_grads=("cls", "class", "proj", "weight", "bias")),
 ]
 
 
@@ -220,18 +244,27 @@ self.sinusoids_positions = torch.from_numpy(getPositionEncoding(\'\'Fill Here.\'
 
 CONV_CASES = [
     Case("ConvPatchEmbedding(in_channels=3, patch_size=4, emb_size=10), images (2, 3, 8, 12)",
-         {"C": 3, "P": 4, "E": 10, "x": (2, 3, 8, 12), "seed": 161}, {2: "B", 6: "N", 10: "emb_size"}),
+         {"C": 3, "P": 4, "E": 10, "x": (2, 3, 8, 12), "seed": 161, "biases": True}, {2: "B", 6: "N", 10: "emb_size"}),
     Case("ConvPatchEmbedding(in_channels=1, patch_size=2, emb_size=5), images (1, 1, 6, 4)",
-         {"C": 1, "P": 2, "E": 5, "x": (1, 1, 6, 4), "seed": 162}, {1: "B", 6: "N", 5: "emb_size"}),
+         {"C": 1, "P": 2, "E": 5, "x": (1, 1, 6, 4), "seed": 162, "biases": True}, {1: "B", 6: "N", 5: "emb_size"}),
+    Case("ConvPatchEmbedding(in_channels=2, patch_size=2, emb_size=4), float64 images (3, 2, 4, 6): the output "
+         "and the gradients of the images and of the convolution's parameters",
+         {"C": 2, "P": 2, "E": 4, "x": (3, 2, 4, 6), "seed": 163, "biases": True, "dtype": "float64", "grads": True,
+          "param_grads": True}, {3: "B", 6: "N", 4: "emb_size"}),
 ]
 
 
 def _run_conv(answer, case, rec):
     p = case.params
-    module = rec.build(answer, p["C"], p["P"], p["E"])
-    out = rec.call(module, rec.tensor(I.randn(p["x"], p["seed"])))
+    module = rec.build(answer, p["C"], p["P"], p["E"], dtype=p.get("dtype"))
+    images = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
+    out = rec.call(module, images)
     rec.check_new_params(module)
     rec.output("patch_embeddings", out)
+    if p.get("grads"):
+        b, _, h, w = p["x"]
+        upstream = rec.tensor(I.randn((b, (h // p["P"]) * (w // p["P"]), p["E"]), p["seed"] + 7))   # (B, N, E)
+        rec.grads(out, upstream, {"images": images}, module, params=bool(p.get("param_grads")))
 
 register(Question(
     id="conv_patch_embedding",

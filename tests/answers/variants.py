@@ -326,10 +326,14 @@ class FFNModule(nn.Module):
 
 
 @variant("q7")
-class FFNNoDropout(nn.Sequential):
+class FFNFunctionalDropout(nn.Module):
     def __init__(self, emb_size, expansion=4, drop_p=0.0):
+        super().__init__()
         hidden = emb_size * expansion
-        super().__init__(nn.Linear(emb_size, hidden), nn.GELU(), nn.Linear(hidden, emb_size))
+        self.up, self.down, self.drop_p = nn.Linear(emb_size, hidden), nn.Linear(hidden, emb_size), drop_p
+
+    def forward(self, x):
+        return self.down(F.dropout(F.gelu(self.up(x)), self.drop_p, training=self.training))
 
 
 # ----------------------------------------------------------------- q7b
@@ -342,11 +346,12 @@ class EncoderBlockModule(nn.Module):
         self.ln1 = nn.LayerNorm(emb_size)
         self.attention = MHASeparate(emb_size, num_heads)
         self.ln2 = nn.LayerNorm(emb_size)
-        self.ffn = FFNModule(emb_size, forward_expansion)
+        self.ffn = FFNModule(emb_size, forward_expansion, forward_drop_p)
+        self.drop = nn.Dropout(drop_p)
 
     def forward(self, x):
-        x = x + self.attention(self.ln1(x))
-        return x + self.ffn(self.ln2(x))
+        x = x + self.drop(self.attention(self.ln1(x)))
+        return x + self.drop(self.ffn(self.ln2(x)))
 
 
 @variant("q7b")
@@ -355,7 +360,8 @@ class EncoderBlockHeadMajor(nn.Sequential):
         super().__init__(
             S.ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), MHAHeadMajorLayout(emb_size, **kwargs),
                                         nn.Dropout(drop_p))),
-            S.ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), S.FeedForwardBlock(emb_size, forward_expansion),
+            S.ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size),
+                                        S.FeedForwardBlock(emb_size, forward_expansion, forward_drop_p),
                                         nn.Dropout(drop_p))),
         )
 

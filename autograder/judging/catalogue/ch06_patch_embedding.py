@@ -10,6 +10,8 @@ from torch import nn
 from ..model import Mistake
 from . import add
 from ._common import parts, vitref
+from ._diagnosis import diagnosis, tokens_rule
+from .ch01_tokens import PATCH_MISTAKES
 from ...questions.ch06_patch_embedding import (  # noqa: F401
     CONV_CASES,
     Q2_CASES,
@@ -69,7 +71,104 @@ Q2_MISTAKES = [
             "nn.Linear(in_features, out_features): from P*P*C to emb_size.", _q2(swapped=True)),
 ]
 
-add('q2', references=_projection_reference, catalogue=Q2_MISTAKES)
+
+class _Patches(nn.Module):
+    """A patch-cutting function (chapter 1's image_to_patches) as a layer."""
+
+    def __init__(self, fn, patch_size):
+        super().__init__()
+        self.fn, self.patch_size = fn, patch_size
+
+    def forward(self, images):
+        return self.fn(images, self.patch_size)
+
+
+def _embedding(patches=None, linear="ok", cls="ok", positions=None, table="ok", pe=None):
+    """A (wrong) PatchEmbedding of the final notebook's shape, one part at a time:
+    ``patches``: a builder of chapter 1's image_to_patches (None: the slides' Rearrange);
+    ``linear``: "ok", "no_bias"; ``cls``: "ok", "cat_wrong_dim"; ``positions``: None,
+    "sinusoidal", "learned", "both", "cls_without"; ``table``: which getPositionEncoding table
+    (seq_len N + 1 "ok", "base_patch": the patch size passed as the base n, "from_one": rows
+    1..N+1); ``pe``: the getPositionEncoding to use (default: the parts')."""
+    def build(parts):
+        getPositionEncoding = pe or getattr(parts, "getPositionEncoding", None)
+
+        class PatchEmbedding(nn.Module):
+            def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
+                super().__init__()
+                cut = (Rearrange(PATCH, s1=patch_size, s2=patch_size) if patches is None
+                       else _Patches(patches(parts), patch_size))
+                self.projection = nn.Sequential(cut, nn.Linear(patch_size * patch_size * in_channels, emb_size,
+                                                               bias=linear != "no_bias"))
+                self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size))
+                n = (img_size // patch_size) ** 2
+                if positions in ("learned", "both"):
+                    self.learnable_positions = nn.Parameter(torch.randn(n + 1, emb_size))
+                if positions in ("sinusoidal", "both", "cls_without"):
+                    rows = {"ok": lambda: getPositionEncoding(n + 1, emb_size),
+                            "base_patch": lambda: getPositionEncoding(n + 1, emb_size, patch_size),
+                            "from_one": lambda: getPositionEncoding(n + 2, emb_size)[1:]}[table]()
+                    self.register_buffer("sinusoids_positions", torch.as_tensor(rows).float())
+
+            def forward(self, x):
+                x = self.projection(x)
+                cls_tokens = repeat(self.cls_token, "() n e -> b n e", b=x.shape[0])
+                x = torch.cat([cls_tokens, x], dim=-1 if cls == "cat_wrong_dim" else 1)
+                if positions == "learned":
+                    return x + self.learnable_positions
+                if positions == "both":
+                    return x + self.learnable_positions + self.sinusoids_positions
+                if positions == "cls_without":
+                    return torch.cat([x[:, :1], x[:, 1:] + self.sinusoids_positions[1:]], dim=1)
+                return x if positions is None else x + self.sinusoids_positions
+        return PatchEmbedding
+    return build
+
+
+def _with_q2(mistake, key=None, **options):
+    """A Q2 mistake (a builder of a PatchEmbedding whose .projection is wrong) inside a whole
+    PatchEmbedding: the projection of the Q2 answer, the rest as ``_embedding(**options)``."""
+    def build(parts):
+        Wrong, Rest = mistake(parts), _embedding(**options)(parts)
+
+        class PatchEmbedding(Rest):
+            def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
+                super().__init__(in_channels, patch_size, emb_size, img_size)
+                self.projection = Wrong(in_channels, patch_size, emb_size, img_size).projection
+        return PatchEmbedding
+    return build
+
+
+_CH01 = {m.key: m for m in PATCH_MISTAKES}
+
+
+def _from_ch01(key):
+    m = _CH01[key]
+    return Mistake(key, m.title, m.hint + " (the Rearrange pattern of Q2 is chapter 1's patch order)",
+                   _embedding(patches=m.build))
+
+
+Q2_MISTAKES += [
+    _from_ch01("interleaved"),
+    _from_ch01("reshape_only"),
+    _from_ch01("unfold_no_permute"),
+    Mistake("no_bias", "nn.Linear without bias (bias=False)",
+            "Keep nn.Linear's bias (the default): nn.Linear(patch_size * patch_size * in_channels, emb_size).",
+            _embedding(linear="no_bias")),
+]
+
+
+def _projection_mistakes(positions_forms):
+    """Every Q2 mistake in a whole PatchEmbedding, one form per kind of positions."""
+    found = []
+    for m in Q2_MISTAKES:
+        forms = [_with_q2(m.build, positions=kind) for kind in positions_forms]
+        found.append(Mistake(m.key, m.title, m.hint, forms[0], ("getPositionEncoding",), also=tuple(forms[1:])))
+    return found
+
+
+add('q2', references=_projection_reference, catalogue=Q2_MISTAKES,
+    diagnose=diagnosis(tokens_rule("patch_embeddings", class_token=False)))
 
 def _pe_part():
     import numpy as np
@@ -153,7 +252,17 @@ Q3_MISTAKES = [
                 "Concatenate it as an extra token (N + 1 tokens), do not add it.", "added"),
 ]
 
-add('q3', references=_tokens_references(None, "sinusoidal", "learned"), catalogue=Q3_MISTAKES, reference_parts=parts(getPositionEncoding=_pe_part))
+Q3_MISTAKES += [
+    Mistake("cls_cat_wrong_dim", "class token concatenated along the embedding axis (dim=-1)",
+            "Tokens are stacked along dim=1: torch.cat([cls_tokens, x], dim=1) gives (B, N + 1, emb_size).",
+            _embedding(cls="cat_wrong_dim"), ("getPositionEncoding",),
+            also=(_embedding(cls="cat_wrong_dim", positions="sinusoidal"),
+                  _embedding(cls="cat_wrong_dim", positions="learned"))),
+    *_projection_mistakes((None, "sinusoidal", "learned")),
+]
+
+add('q3', references=_tokens_references(None, "sinusoidal", "learned"), catalogue=Q3_MISTAKES,
+    reference_parts=parts(getPositionEncoding=_pe_part), diagnose=diagnosis(tokens_rule("tokens", class_token=True)))
 
 
 def _q4(mode):
@@ -210,7 +319,51 @@ Q4_MISTAKES = [
             _q4("num_patches"), ("getPositionEncoding",)),
 ]
 
-add('q4', references=_tokens_references("sinusoidal"), catalogue=Q4_MISTAKES, reference_parts=parts(getPositionEncoding=_pe_part))
+def _notebook_pe(seq_len, d, n=10000):
+    """getPositionEncoding exactly as chapter 6's notebook gives it (it fails for an odd d)."""
+    import numpy as np
+
+    k = np.arange(seq_len)[:, None]
+    i = np.arange(d // 2)[None, :]
+    angles = k / np.power(n, 2 * i / d)
+    P = np.zeros((seq_len, d))
+    P[:, 0::2], P[:, 1::2] = np.sin(angles), np.cos(angles)
+    return P
+
+
+def _with_pe(builder, pe):
+    def build(parts):
+        from types import SimpleNamespace
+        return builder(SimpleNamespace(**{**vars(parts), "getPositionEncoding": pe}))
+    return build
+
+
+Q4_MISTAKES = [m if m.key != "swapped_arguments" else
+               Mistake(m.key, m.title, m.hint, m.build, m.needs, also=(_with_pe(m.build, _notebook_pe),))
+               for m in Q4_MISTAKES]
+Q4_MISTAKES += [
+    Mistake("both_positions", "both tables added: the learnable positions and the sinusoids",
+            "Q4 adds only the fixed sinusoidal table: x + self.sinusoids_positions.",
+            _embedding(positions="both"), ("getPositionEncoding",)),
+    Mistake("cls_without_position", "no position added to the class token",
+            "Add the whole (N + 1, emb_size) table after prepending the class token: token 0 gets row 0.",
+            _embedding(positions="cls_without"), ("getPositionEncoding",)),
+    Mistake("base_not_default", "getPositionEncoding(N + 1, emb_size, patch_size): the base n is not the default",
+            "Two arguments: getPositionEncoding(seq_len=N + 1, d=emb_size); the third, n, keeps its default 10000.",
+            _embedding(positions="sinusoidal", table="base_patch"), ("getPositionEncoding",)),
+    Mistake("positions_from_one", "positions counted from 1: rows 1 to N + 1 of the table",
+            "Token k gets row k of getPositionEncoding(N + 1, emb_size), the class token row 0.",
+            _embedding(positions="sinusoidal", table="from_one"), ("getPositionEncoding",)),
+    # the class token's mistakes (Q3) and the projection's (Q2), seen through the final class
+    *(Mistake(m.key, m.title, m.hint, _q3(cls_mode, "sinusoidal"), ("getPositionEncoding",))
+      for m, cls_mode in zip(Q3_MISTAKES[:3], ("not_repeated", "at_end", "added"))),
+    Mistake("cls_cat_wrong_dim", Q3_MISTAKES[3].title, Q3_MISTAKES[3].hint,
+            _embedding(cls="cat_wrong_dim", positions="sinusoidal"), ("getPositionEncoding",)),
+    *_projection_mistakes(("sinusoidal",)),
+]
+
+add('q4', references=_tokens_references("sinusoidal"), catalogue=Q4_MISTAKES,
+    reference_parts=parts(getPositionEncoding=_pe_part), diagnose=diagnosis(tokens_rule("tokens", class_token=True)))
 
 
 def _conv(stride="patch", flatten="b e h w -> b (h w) e"):
@@ -225,9 +378,33 @@ def _conv(stride="patch", flatten="b e h w -> b (h w) e"):
                 grid = self.proj(images)
                 if flatten is None:
                     return grid.flatten(2)
+                if callable(flatten):
+                    return flatten(grid)
                 return rearrange(grid, flatten)
         return ConvPatchEmbedding
     return build
+
+
+def _reshape_no_permute(grid):
+    return grid.reshape(grid.shape[0], -1, grid.shape[1])
+
+
+class _SwappedConv(nn.Module):
+    def __init__(self, in_channels, patch_size, emb_size):
+        super().__init__()
+        self.proj = nn.Conv2d(emb_size, in_channels, kernel_size=patch_size, stride=patch_size)
+
+    def forward(self, images):
+        return rearrange(self.proj(images), "b e h w -> b (h w) e")
+
+
+class _ConvNoBias(nn.Module):
+    def __init__(self, in_channels, patch_size, emb_size):
+        super().__init__()
+        self.proj = nn.Conv2d(in_channels, emb_size, kernel_size=patch_size, stride=patch_size, bias=False)
+
+    def forward(self, images):
+        return rearrange(self.proj(images), "b e h w -> b (h w) e")
 
 
 CONV_MISTAKES = [
@@ -238,6 +415,16 @@ CONV_MISTAKES = [
     Mistake("channels_not_last", "(B, emb_size, N): the embedding axis is not last",
             "Conv2d gives (B, E, H/P, W/P); flatten the grid and move E last: 'b e h w -> b (h w) e'.",
             _conv(flatten=None)),
+    Mistake("reshape_no_permute", "the grid reshaped to (B, N, emb_size) without moving the embedding axis",
+            "reshape keeps the memory order (B, emb_size, h, w), so a 'token' mixes channels of several patches: "
+            "flatten then transpose (x.flatten(2).transpose(1, 2)) or rearrange 'b e h w -> b (h w) e'.",
+            _conv(flatten=_reshape_no_permute)),
+    Mistake("no_bias", "Conv2d without bias (bias=False)",
+            "Keep the convolution's bias (the default).", lambda parts: _ConvNoBias),
+    Mistake("conv_channels_swapped", "nn.Conv2d(emb_size, in_channels, ...): channel arguments swapped",
+            "nn.Conv2d(in_channels, out_channels, ...): from in_channels to emb_size.",
+            lambda parts: _SwappedConv),
 ]
 
-add('conv_patch_embedding', references=lambda: [vitref().ConvPatchEmbedding], catalogue=CONV_MISTAKES)
+add('conv_patch_embedding', references=lambda: [vitref().ConvPatchEmbedding], catalogue=CONV_MISTAKES,
+    diagnose=diagnosis(tokens_rule("patch_embeddings", class_token=False)))
