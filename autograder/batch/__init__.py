@@ -78,24 +78,13 @@ VERSIONED_FOLDERS = ("questions", "student", "judging", "hosts")
 
 
 def graded_vitref_files() -> list[Path]:
-    """The vitref modules the references are built from (not its training, data or plotting code)."""
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec("vitref")
-    except (ImportError, ValueError):
-        return []
-    if spec is None or not spec.origin:
-        return []
-    folder = Path(spec.origin).parent
+    """The vitref modules the references are built from (``vitref.graded_modules()``: not its
+    training, data or plotting code, so a training change regrades nothing)."""
     try:
         import vitref
-        names = getattr(vitref, "GRADED_MODULES", None)
-    except Exception:  # noqa: BLE001
-        names = None
-    if names:
-        return [folder / f"{name}.py" for name in names if (folder / f"{name}.py").is_file()]
-    not_graded = {"train", "teacher", "data", "viz", "pretrained", "interop"}
-    return [p for p in folder.glob("*.py") if p.stem not in not_graded]
+    except ImportError:
+        return []
+    return [Path(p) for p in vitref.graded_modules() if Path(p).is_file()]
 
 
 def grader_version() -> str:
