@@ -55,7 +55,9 @@ SOFTMAX_MISTAKES = [
     Mistake("no_keepdim", "max or sum without keepdim=True",
             "Without keepdim the reduced axis disappears and broadcasting lines the values up wrongly; "
             "use x.amax(dim, keepdim=True) and .sum(dim, keepdim=True).",
-            _softmax_variant(_no_keepdim)),
+            _softmax_variant(_no_keepdim),
+            also=(_softmax_variant(lambda x, dim: torch.exp(x - x.amax(dim, keepdim=True))     # the sum only
+                                   / torch.exp(x - x.amax(dim, keepdim=True)).sum(dim)),)),
     Mistake("global_max", "subtracted the maximum of the whole tensor",
             "Subtract each slice's own maximum (x.amax(dim, keepdim=True)): a slice far below the global "
             "maximum underflows to exp(-2000) = 0 and gives 0/0 = NaN.",
@@ -67,11 +69,6 @@ SOFTMAX_MISTAKES = [
 ]
 
 SOFTMAX_MISTAKES += [
-    Mistake("sum_no_keepdim", "the sum along dim without keepdim=True",
-            "exps.sum(dim) drops the reduced axis, so the division broadcasts against the wrong axis (or fails); "
-            "write exps.sum(dim=dim, keepdim=True).",
-            _softmax_variant(lambda x, dim: torch.exp(x - x.amax(dim, keepdim=True))
-                             / torch.exp(x - x.amax(dim, keepdim=True)).sum(dim))),
     Mistake("max_namedtuple", "x.max(dim) used as a tensor",
             "With a dim, x.max(dim=..., keepdim=True) returns (values, indices); take .values (or use x.amax).",
             _softmax_variant(lambda x, dim: torch.exp(x - x.max(dim=dim, keepdim=True))
@@ -316,8 +313,34 @@ class _FiniteFillHead(nn.Module):
         return _finite_fill_attention(self.query(x), self.key(x), self.value(x), mask)
 
 
+class _ZeroRowHead(nn.Module):
+    """The same head with -inf fills and fully masked rows set to zero (vitref's convention)."""
+
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.query = nn.Linear(dim, head_dim)
+        self.key = nn.Linear(dim, head_dim)
+        self.value = nn.Linear(dim, head_dim)
+
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is None:
+            weights = torch.softmax(scores, dim=-1)
+        else:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+            weights = torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+        return weights @ v, weights
+
+
 def finite_fill_head():
+    """The notebooks' head (-1e9 fills), for composite answers built from a head."""
     return _FiniteFillHead
+
+
+def zero_row_head():
+    """A head whose fully masked rows are zeros (-inf fills, NaN set to 0)."""
+    return _ZeroRowHead
 
 
 def _head_references():

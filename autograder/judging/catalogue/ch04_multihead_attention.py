@@ -1,6 +1,9 @@
 """The references and the catalogue of known mistakes of ch04_multihead_attention (grader side)."""
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -11,7 +14,7 @@ from ..model import Mistake
 from . import add
 from ._common import first_if_tuple, mistaken_mask_softmax, parts, vitref
 from ._properties import by_tests, dtype_mix, first, weights_problem
-from .ch03_attention import finite_fill_head
+from .ch03_attention import finite_fill_head, zero_row_head
 from ...questions.ch03_attention import case_mask
 from ...questions.ch04_multihead_attention import (  # noqa: F401
     LOOP_CASES,
@@ -165,7 +168,7 @@ add('q5', references=lambda: [vitref().MultiHeadAttention, _FiniteFillMHA], cata
 
 
 def _loop(combine="cat", project=True, head_width="split", same_head=False, pass_mask=True, stack="dim1",
-          head=None):
+          head=None, **_):
     def build(parts):
         AttentionHead = parts.AttentionHead if head is None else head(parts)
 
@@ -247,6 +250,17 @@ LOOP_MISTAKES += [
 ]
 
 
+def _with_zero_row_heads(mistake: Mistake) -> Mistake:
+    """The loop mistake also built from heads whose fully masked rows are zeros (students'
+    heads differ there; the exercise accepts both)."""
+    def build(parts, _build=mistake.build):
+        return _build(SimpleNamespace(AttentionHead=zero_row_head()))
+    return dataclasses.replace(mistake, also=mistake.also + (build,))
+
+
+LOOP_MISTAKES = [_with_zero_row_heads(m) for m in LOOP_MISTAKES]
+
+
 class _FiniteFillLoop(nn.Module):
     """The exercise's loop over the notebook's heads (-1e9 fills: fully masked queries are uniform)."""
 
@@ -283,23 +297,28 @@ def _loop_heads_diagnose(question, data):
             continue
         got = np.asarray(got)
         refs, _ = reference_outputs(question, index, student_case, verify=False)
-        for ref in refs:
-            want = np.asarray(ref["weights"])
-            if got.shape != want.shape:
-                continue
-            for h in range(want.shape[1]):
-                if not np.allclose(got[:, h], want[:, h], atol=1e-4, equal_nan=True):
-                    for other in range(want.shape[1]):
-                        if other != h and np.allclose(got[:, h], want[:, other], atol=1e-4):
-                            return (f"the weights of head {h} are those of head {other} (on input {case.label}): "
-                                    f"keep the heads in order, each with its own parameters")
-                    found = weights_problem(got[:, h], case_mask(case.params))
-                    return (found or f"the attention weights of head {h} differ from what its own query and key "
-                                      f"layers give") + f" (on input {case.label})"
-            break
+        wants = [np.asarray(ref["weights"]) for ref in refs if np.shape(ref["weights"]) == got.shape]
+        if not wants:
+            continue
+
+        def wrong_heads(want):
+            return [h for h in range(want.shape[1]) if not np.allclose(got[:, h], want[:, h], atol=1e-4)]
+
+        want = min(wants, key=lambda w: len(wrong_heads(w)))
+        bad = wrong_heads(want)
+        if not bad:
+            continue
+        h = bad[0]
+        for other in range(want.shape[1]):
+            if other != h and np.allclose(got[:, h], want[:, other], atol=1e-4):
+                return (f"the weights of head {h} are those of head {other} (on input {case.label}): keep the "
+                        f"heads in order, each with its own parameters")
+        found = weights_problem(got[:, h], case_mask(case.params))
+        return (found or f"the attention weights of head {h} differ from what its own query and key layers "
+                         f"give") + f" (on input {case.label})"
     return None
 
 
 add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop, _FiniteFillLoop], catalogue=LOOP_MISTAKES,
-    reference_parts=parts(AttentionHead=lambda: vitref().AttentionHead),
+    reference_parts=parts(AttentionHead=finite_fill_head),
     diagnose=first(by_tests(_LOOP_TESTS), _loop_heads_diagnose, lambda q, d: dtype_mix(d)))
