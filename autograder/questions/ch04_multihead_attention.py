@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from . import inputs as I
 from .base import Case, Question, register
-from .ch03_attention import case_mask
+from .ch03_attention import NO_KEY_BIAS, case_mask
 from .common import build_flexible, call_with_mask, first_if_tuple
 
 MHA_CASES = [
@@ -62,7 +62,7 @@ MHA_CASES = [
           "tests": "dropout_seeded"}, {2: "B", 4: "N", 12: "E"}),
     Case("MultiHeadAttention(emb_size=8, num_heads=2) in float64, x (2, 3, 8), causal mask (3, 3), gradients of "
          "x and of every parameter",
-         {"E": 8, "h": 2, "x": (2, 3, 8), "causal": 3, "dtype": "float64", "grads": True, "param_grads": True,
+         {"E": 8, "h": 2, "x": (2, 3, 8), "causal": 3, "dtype": "float64", "grads": True, "param_grads": NO_KEY_BIAS,
           "seed": 69, "tests": "grads"}, {2: "B", 3: "N", 8: "E"}),
 ]
 
@@ -147,13 +147,13 @@ LOOP_CASES = [
     Case("MultiHeadAttentionLoop(emb_size=12, num_heads=3), x (2, 5, 12), return_attention=True",
          {"E": 12, "h": 3, "x": (2, 5, 12), "seed": 73, "return_attention": True, "tests": "weights"},
          {2: "B", 3: "h", 5: "N", 12: "E"}),
-    Case("MultiHeadAttentionLoop(emb_size=8, num_heads=2), x (3, 4, 8), mask (3, 4, 4) with fully masked rows, "
-         "return_attention=True",
+    Case("MultiHeadAttentionLoop(emb_size=8, num_heads=2) in float64, x (3, 4, 8), mask (3, 4, 4) with fully "
+         "masked rows, return_attention=True",
          {"E": 8, "h": 2, "x": (3, 4, 8), "mask": (3, 4, 4), "full_rows": [(0, 3), (2, 1)], "seed": 74,
-          "return_attention": True, "tests": "mask"}, {3: "B", 2: "h", 4: "N", 8: "E"}),
+          "dtype": "float64", "return_attention": True, "tests": "mask"}, {3: "B", 2: "h", 4: "N", 8: "E"}),
     Case("MultiHeadAttentionLoop(emb_size=8, num_heads=4) in float64, x (2, 3, 8), causal mask (3, 3), "
          "gradients of x and of every parameter",
-         {"E": 8, "h": 4, "x": (2, 3, 8), "causal": 3, "dtype": "float64", "grads": True, "param_grads": True,
+         {"E": 8, "h": 4, "x": (2, 3, 8), "causal": 3, "dtype": "float64", "grads": True, "param_grads": NO_KEY_BIAS,
           "seed": 75, "tests": "grads"}, {2: "B", 3: "N", 8: "E"}),
 ]
 

@@ -146,7 +146,7 @@ def embed_weight_t(token_ids, weight):
     return F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight.T
 
 
-@wrong("embedding_lookup", "integer_one_hot")
+@wrong("embedding_lookup", "words: integer tensor")
 def embed_long_one_hot(token_ids, weight):
     return F.one_hot(token_ids, weight.shape[0]) @ weight
 
@@ -198,7 +198,8 @@ WRONG["q1"] = [
     # not catalogued: the property is named by the diagnosis
     (_pe(lambda k, i, d, n: k / n ** (2 * (i + 1) / d)), "words: the first pair"),
     (_pe(lambda k, i, d, n: k / 100 ** (2 * i / d)), "words: the frequencies"),
-    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), np.sin, lambda a: np.cos(a) ** 2), "words: sine and cosine of one angle"),
+    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), np.sin, lambda a: np.cos(a) ** 2),
+     "words: sine and cosine of one angle"),
 ]
 
 
@@ -269,7 +270,7 @@ def softmax_sum_wrong_axis(x, dim=-1):
     return e / e.sum(dim=0, keepdim=True)
 
 
-@wrong("softmax", "words: overflows")
+@wrong("softmax", "words: a -inf entry gives NaN")
 def softmax_min_shift(x, dim=-1):
     e = torch.exp(x - x.amin(dim=dim, keepdim=True))
     return e / e.sum(dim=dim, keepdim=True)
@@ -699,7 +700,7 @@ class LoopMean(nn.Module):
         return (out, torch.stack([r[1] for r in results], 1)) if return_attention else out
 
 
-@wrong("mha_loop", "words: float32")
+@wrong("mha_loop", "words: weights is float32 although the inputs")
 class LoopFloat32(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()

@@ -92,7 +92,8 @@ def _softmax_diagnose(question, data):
                 return ("exp overflows on large inputs (exp(1000) = inf, inf/inf = NaN): subtract each slice's "
                         "maximum along dim before the exp")
             if p.get("neg_inf"):
-                return "a -inf entry gives NaN: exp(-inf) is 0, so keep -inf through the exp (do not multiply it by 0)"
+                return ("a -inf entry gives NaN: subtract each slice's maximum (then exp(-inf) = 0); subtracting "
+                        "the minimum (-inf - -inf) or multiplying -inf by 0 gives NaN")
             return "the softmax contains NaN"
         if not np.allclose(y.sum(axis=dim), 1.0, atol=1e-4):
             return f"the slices along dim={dim} do not sum to 1 (on input {case.label})"

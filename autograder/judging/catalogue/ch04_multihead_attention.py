@@ -156,6 +156,9 @@ _MHA_COMBOS = {
     frozenset({"dropout_all", "dropout_seeded"}): _MHA_TESTS["dropout_all"],
     frozenset({"dropout_eval", "dropout_seeded"}): "dropout is applied even in eval mode, or elsewhere than on "
                                                    "the attention weights: use self.att_drop(att) after the softmax",
+    frozenset({"dropout_eval", "dropout_all", "dropout_seeded"}):
+        "dropout is wrong in both modes: in eval mode dropout must do nothing, and in train mode it drops the "
+        "attention weights with probability p (use self.att_drop(att), after the softmax)",
 }
 
 
@@ -177,7 +180,7 @@ def _loop(combine="cat", project=True, head_width="split", same_head=False, pass
                 super().__init__()
                 width = emb_size // num_heads if head_width == "split" else emb_size
                 self.heads = nn.ModuleList([AttentionHead(emb_size, width) for _ in range(num_heads)])
-                out_in = width * num_heads if combine == "cat" else width
+                out_in = width * num_heads if combine in ("cat", "interleave") else width
                 self.projection = nn.Linear(out_in, emb_size)
 
             def forward(self, x, mask=None, return_attention=False):
