@@ -387,8 +387,12 @@ def property_problem(question: Question, case: Case, student_case: dict) -> str 
     wanted = case.params.get("param_grads")
     if wanted:
         for name, status in notes.get("param_grads") or []:
-            if wanted is not True and not any(part in name.lower() for part in wanted):
-                continue        # a parameter this exercise does not use yet (e.g. positions before Q4)
+            if wanted is not True and (any(part.startswith("!") and part[1:] in name.lower() for part in wanted)
+                                       or not any(not part.startswith("!") and part in name.lower()
+                                                  for part in wanted)
+                                       and any(not part.startswith("!") for part in wanted)):
+                continue        # a parameter this exercise does not use yet (e.g. positions before Q4),
+                                # or one whose gradient is zero by design ("!key.bias": softmax is shift-invariant)
             if status == "frozen":
                 return f"the parameter {name} is frozen (requires_grad=False): it would never be trained"
             if status in ("none", "zero"):

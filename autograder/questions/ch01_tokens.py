@@ -9,7 +9,8 @@ Skeletons (``Question.skeleton``)::
 
     def embed(token_ids, weight):
         # token_ids (...) integers in [0, V), weight (V, D) -> (..., D)
-        # one-hot rows (..., V) times the weight matrix (V, D)
+        # one-hot rows (..., V) times the weight matrix (V, D), in the dtype of weight
+        # (indexing weight[token_ids] selects the same rows and is accepted too)
         ...
 """
 from __future__ import annotations
@@ -29,12 +30,15 @@ PATCH_CASES = [
          {3: "B", 6: "N", 4: "P*P*C"}),
     Case("images (2, 2, 6, 4), patch_size 2", {"shape": (2, 2, 6, 4), "patch_size": 2, "seed": 14},
          {2: "B", 6: "N", 8: "P*P*C"}),
+    Case("float64 images (2, 3, 4, 8), patch_size 2 (the patches must stay float64)",
+         {"shape": (2, 3, 4, 8), "patch_size": 2, "seed": 15, "dtype": "float64"},
+         {2: "B", 8: "N", 12: "P*P*C"}),
 ]
 
 
 def _run_patches(answer, case, rec):
     p = case.params
-    images = rec.tensor(I.randn(p["shape"], p["seed"]))          # (B, C, H, W)
+    images = rec.tensor(I.randn(p["shape"], p["seed"]), dtype=p.get("dtype"))   # (B, C, H, W)
     rec.output("patches", rec.call(answer, images, p["patch_size"]))
 
 register(Question(
@@ -65,6 +69,9 @@ EMBED_CASES = [
          {"ids": (6,), "vocab": 9, "dim": 3, "seed": 22, "high": 9}, {6: "T", 9: "V", 3: "D"}),
     Case("token_ids (1, 3) from a vocabulary of 5, weight (5, 6)",
          {"ids": (1, 3), "vocab": 5, "dim": 6, "seed": 23, "high": 5}, {1: "B", 3: "T", 5: "V", 6: "D"}),
+    Case("token_ids (2, 3, 4) from a vocabulary of 6, float64 weight (6, 5) (the result must stay float64)",
+         {"ids": (2, 3, 4), "vocab": 6, "dim": 5, "seed": 24, "high": 6, "dtype": "float64"},
+         {6: "V", 5: "D"}),
 ]
 
 
@@ -74,7 +81,7 @@ def _run_embed(answer, case, rec):
     if p["high"] == p["vocab"]:
         ids.reshape(-1)[-1] = p["vocab"] - 1          # the last token of the vocabulary appears
     token_ids = rec.tensor(ids)                        # (...) int64
-    weight = rec.tensor(I.randn((p["vocab"], p["dim"]), p["seed"]))   # (V, D)
+    weight = rec.tensor(I.randn((p["vocab"], p["dim"]), p["seed"]), dtype=p.get("dtype"))   # (V, D)
     rec.output("embeddings", rec.call(answer, token_ids, weight))
 
 register(Question(

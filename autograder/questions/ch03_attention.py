@@ -45,6 +45,8 @@ SOFTMAX_CASES = [
     Case("x (4, 3), dim=0", {"shape": (4, 3), "dim": 0, "seed": 34, "scale": 2.0}),
     Case("x (2, 5) with some -inf entries (masked logits)",
          {"shape": (2, 5), "dim": -1, "seed": 35, "scale": 2.0, "neg_inf": True}),
+    Case("float64 x (3, 2, 4), dim=-1 (the result must stay float64)",
+         {"shape": (3, 2, 4), "dim": -1, "seed": 36, "scale": 4.0, "dtype": "float64"}),
 ]
 
 
@@ -61,7 +63,7 @@ def _softmax_input(p):
 
 def _run_softmax(answer, case, rec):
     p = case.params
-    x = rec.tensor(_softmax_input(p))
+    x = rec.tensor(_softmax_input(p), dtype=p.get("dtype"))
     out = rec.call(answer, x) if p["dim"] is None else rec.call(answer, x, p["dim"])
     rec.output("softmax", out)
 
@@ -100,17 +102,34 @@ ATTENTION_CASES = [
          {"q": (2, 4, 8), "k": (2, 6, 8), "v": (2, 6, 3), "mask": (2, 4, 6), "full_rows": [(0, 1), (1, 3)],
           "seed": 44},
          {2: "B", 4: "T", 6: "S", 8: "d_k", 3: "d_v"}),
+    Case("float64 q (2, 3, 4, 6), k (2, 3, 5, 6), v (2, 3, 5, 7) (heads), mask (2, 1, 4, 5) with a fully "
+         "masked row (the results must stay float64)",
+         {"q": (2, 3, 4, 6), "k": (2, 3, 5, 6), "v": (2, 3, 5, 7), "mask": (2, 1, 4, 5), "full_rows": [(1, 0, 2)],
+          "seed": 45, "dtype": "float64"},
+         {2: "B", 3: "h", 4: "T", 5: "S", 6: "d_k", 7: "d_v"}),
 ]
+
+
+# A key's bias adds the same number to every score of a query: the softmax ignores it, so its
+# gradient is zero by design (up to rounding). Every other parameter must receive a gradient.
+NO_KEY_BIAS = ("!key.bias", "!keys.bias", "!k.bias", "!k_proj.bias", "!to_k.bias", "!w_k.bias", "!wk.bias")
+
+
+def case_mask(p) -> np.ndarray | None:
+    """The mask of a case (bool, True = allowed), or None: shared by the recipes and the diagnoses."""
+    if "causal" in p:
+        return np.tril(np.ones((p["causal"], p["causal"]), dtype=bool))
+    if "mask" in p:
+        return I.bernoulli_mask(p["mask"], p["seed"], full_rows=p.get("full_rows", ()))
+    return None
 
 
 def _run_attention(answer, case, rec):
     p = case.params
-    q = rec.tensor(I.randn(p["q"], p["seed"]))
-    k = rec.tensor(I.randn(p["k"], p["seed"] + 100))
-    v = rec.tensor(I.randn(p["v"], p["seed"] + 200))
-    mask = None
-    if "mask" in p:
-        mask = rec.tensor(I.bernoulli_mask(p["mask"], p["seed"], full_rows=p.get("full_rows", ())))
+    q = rec.tensor(I.randn(p["q"], p["seed"]), dtype=p.get("dtype"))
+    k = rec.tensor(I.randn(p["k"], p["seed"] + 100), dtype=p.get("dtype"))
+    v = rec.tensor(I.randn(p["v"], p["seed"] + 200), dtype=p.get("dtype"))
+    mask = None if case_mask(p) is None else rec.tensor(case_mask(p))
     result = call_with_mask(rec, answer, q, k, v, mask=mask, mask_name="positional")
     out, weights = rec.unpack(result, ("out", "weights"), "scaled_dot_product_attention")
     rec.output("out", out)
@@ -153,22 +172,28 @@ HEAD_CASES = [
     Case("AttentionHead(dim=4, head_dim=8), x (3, 2, 4), mask (3, 2, 2)",
          {"dim": 4, "head_dim": 8, "x": (3, 2, 4), "mask": (3, 2, 2), "seed": 53},
          {3: "B", 2: "T", 4: "dim", 8: "head_dim"}),
+    Case("AttentionHead(dim=8, head_dim=3), x (2, 5, 8), mask (2, 5, 5) with fully masked rows",
+         {"dim": 8, "head_dim": 3, "x": (2, 5, 8), "mask": (2, 5, 5), "full_rows": [(0, 1), (1, 4)], "seed": 54},
+         {2: "B", 5: "T", 8: "dim", 3: "head_dim"}),
+    Case("AttentionHead(dim=6, head_dim=4) in float64, x (2, 5, 6), mask (2, 5, 5), gradients of x and of "
+         "every parameter", {"dim": 6, "head_dim": 4, "x": (2, 5, 6), "mask": (2, 5, 5), "seed": 55,
+                              "dtype": "float64", "grads": True, "param_grads": NO_KEY_BIAS},
+         {2: "B", 5: "T", 6: "dim", 4: "head_dim"}),
 ]
 
 
 def _run_head(answer, case, rec):
     p = case.params
-    head = rec.build(answer, p["dim"], p["head_dim"], heads=1)
-    x = rec.tensor(I.randn(p["x"], p["seed"]))
-    mask = None
-    if "causal" in p:
-        mask = rec.tensor(np.tril(np.ones((p["causal"], p["causal"]), dtype=bool)))
-    elif "mask" in p:
-        mask = rec.tensor(I.bernoulli_mask(p["mask"], p["seed"]))
+    head = rec.build(answer, p["dim"], p["head_dim"], heads=1, dtype=p.get("dtype"))
+    x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
+    mask = None if case_mask(p) is None else rec.tensor(case_mask(p))
     result = call_with_mask(rec, head, x, mask=mask, mask_name="positional")
     out, weights = rec.unpack(result, ("out", "weights"), "AttentionHead.forward")
     rec.output("out", out)
     rec.output("weights", weights)
+    if p.get("grads"):
+        upstream = rec.tensor(I.randn(p["x"][:2] + (p["head_dim"],), p["seed"] + 7))   # (B, T, head_dim)
+        rec.grads(out, upstream, {"x": x}, head, params=bool(p.get("param_grads")))
 
 register(Question(
     id="attention_head",

@@ -220,6 +220,8 @@ class MHASeparate(nn.Module):
         keys = rearrange(self.keys(x), "b n (h d) -> b h n d", h=self.num_heads)
         values = rearrange(self.values(x), "b n (h d) -> b h n d", h=self.num_heads)
         energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
         att = F.softmax(energy / (self.emb_size // self.num_heads) ** 0.5, dim=-1)
         out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
         return self.projection(rearrange(out, "b h n d -> b n (h d)"))
@@ -240,6 +242,8 @@ class MHAHeadMajorLayout(nn.Module):
         qkv = rearrange(self.qkv(x), "b n (h d qkv) -> (qkv) b h n d", h=self.num_heads, qkv=3)
         queries, keys, values = qkv[0], qkv[1], qkv[2]
         energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys) / (self.emb_size // self.num_heads) ** 0.5
+        if mask is not None:
+            energy = torch.where(mask.bool(), energy, torch.tensor(-1e9, dtype=energy.dtype))
         att = self.att_drop(F.softmax(energy, dim=-1))
         out = torch.einsum("bhal, bhlv -> bhav", att, values)
         return self.projection(rearrange(out, "b h n d -> b n (h d)"))
@@ -251,14 +255,17 @@ class MHAPermute(nn.Module):
 
     def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
         super().__init__()
-        self.h, self.d = num_heads, emb_size // num_heads
+        self.h, self.d, self.p = num_heads, emb_size // num_heads, dropout
         self.in_proj = nn.Linear(emb_size, 3 * emb_size)
         self.out_proj = nn.Linear(emb_size, emb_size)
 
     def forward(self, x, mask=None):
         b, n, e = x.shape
         q, k, v = self.in_proj(x).reshape(b, n, 3, self.h, self.d).permute(2, 0, 3, 1, 4)
-        weights = torch.softmax(q @ k.transpose(-1, -2) * self.d ** -0.5, dim=-1)
+        scores = q @ k.transpose(-1, -2) * self.d ** -0.5
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = F.dropout(torch.softmax(scores, dim=-1), self.p, training=self.training)
         out = (weights @ v).transpose(1, 2).reshape(b, n, e)
         return self.out_proj(out)
 
@@ -272,8 +279,10 @@ class LoopStack(nn.Module):
         self.projection = nn.Linear(emb_size, emb_size)
 
     def forward(self, x, mask=None, return_attention=False):
-        outs = torch.stack([head(x, mask)[0] for head in self.heads])          # (h, B, N, d)
-        return self.projection(rearrange(outs, "h b n d -> b n (h d)"))
+        results = [head(x, mask) for head in self.heads]
+        outs = torch.stack([out for out, _ in results])                        # (h, B, N, d)
+        out = self.projection(rearrange(outs, "h b n d -> b n (h d)"))
+        return (out, torch.stack([w for _, w in results], dim=1)) if return_attention else out
 
 
 @variant("mha_loop")
@@ -285,8 +294,9 @@ class LoopRawHeads(nn.Module):
         self.heads = nn.ModuleList(HeadRawParameters(emb_size, emb_size // num_heads) for _ in range(num_heads))
         self.W_O = nn.Linear(emb_size, emb_size)
 
-    def forward(self, x, mask=None):
-        return self.W_O(torch.cat([head(x)[0] for head in self.heads], dim=-1)), None
+    def forward(self, x, mask=None, return_attention=False):
+        outs, weights = zip(*(head(x, mask) for head in self.heads))
+        return self.W_O(torch.cat(outs, dim=-1)), (torch.stack(weights, 1) if return_attention else None)
 
 
 # ----------------------------------------------------------------- q6

@@ -8,6 +8,7 @@ from einops import rearrange
 from ..model import Mistake
 from . import add
 from ._common import vitref
+from ._properties import dtype_mix, error_messages
 from ...questions.ch01_tokens import (  # noqa: F401
     EMBED_CASES,
     PATCH_CASES,
@@ -39,6 +40,13 @@ def _unfold_no_permute(parts):
     return image_to_patches
 
 
+def _channels_last_reshape(parts):
+    def image_to_patches(images, patch_size):
+        b, c, h, w = images.shape
+        return images.permute(0, 2, 3, 1).reshape(b, (h // patch_size) * (w // patch_size), -1)
+    return image_to_patches
+
+
 PATCH_MISTAKES = [
     Mistake("channels_first", "channels first inside each patch, (c s1 s2)",
             "Flatten each patch as (s1 s2 c): pixels row by row, the C values of a pixel side by side "
@@ -56,6 +64,10 @@ PATCH_MISTAKES = [
     Mistake("unfold_no_permute", "unfold, then reshape without moving the channel axis",
             "After unfold the tensor is (B, C, h, w, P, P): permute to (B, h, w, P, P, C) before reshaping "
             "to (B, N, P*P*C).", _unfold_no_permute),
+    Mistake("channels_last_reshape", "channels moved last, then a plain reshape",
+            "images.permute(0, 2, 3, 1) gives (B, H, W, C), whose memory order is whole image rows: reshaping it "
+            "to (B, N, P*P*C) cuts rows, not P x P blocks. Split H and W into (h s1) and (w s2) first.",
+            _channels_last_reshape),
     Mistake("reshape_only", "a plain reshape without moving the axes",
             "reshape(B, N, -1) keeps the memory order (c, H, W), so a 'patch' mixes whole image rows; "
             "move the axes first (einops rearrange or permute).",
@@ -80,7 +92,8 @@ EMBED_MISTAKES = [
             _embed_variant(lambda ids, w: F.one_hot(ids).to(w.dtype) @ w)),
     Mistake("off_by_one", "token ids shifted by one",
             "Token id t selects row t of W (rows count from 0).",
-            _embed_variant(lambda ids, w: w[ids - 1])),
+            _embed_variant(lambda ids, w: w[ids - 1]),
+            also=(_embed_variant(lambda ids, w: F.one_hot(ids - 1, w.shape[0]).to(w.dtype) @ w),)),
     Mistake("transposed_weight", "one-hot times W transposed",
             "W is (V, D): one_hot (..., V) @ W gives (..., D); do not transpose W.",
             _embed_variant(lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype) @ w.T)),
@@ -92,4 +105,15 @@ EMBED_MISTAKES = [
             _embed_variant(lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype).sum(-2) @ w)),
 ]
 
-add('embedding_lookup', references=lambda: [vitref().one_hot_embedding], catalogue=EMBED_MISTAKES)
+def _embed_diagnose(question, data):
+    """Integer one-hot matrices and float32/float64 clashes, from the error messages."""
+    for text in error_messages(data):
+        low = text.lower()
+        if "same dtype" in low and ("long" in low or "int" in low.split("got:")[-1]):
+            return ("the one-hot matrix is an integer tensor (F.one_hot returns int64): cast it to the weight's "
+                    "dtype, one_hot.to(weight.dtype), before the product")
+    return dtype_mix(data)
+
+
+add('embedding_lookup', references=lambda: [vitref().one_hot_embedding], catalogue=EMBED_MISTAKES,
+    diagnose=_embed_diagnose)

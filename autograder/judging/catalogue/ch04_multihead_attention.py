@@ -1,8 +1,10 @@
 """The references and the catalogue of known mistakes of ch04_multihead_attention (grader side)."""
 from __future__ import annotations
 
+import dataclasses
+from types import SimpleNamespace
 
-
+import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -10,7 +12,10 @@ from torch import nn
 
 from ..model import Mistake
 from . import add
-from ._common import first_if_tuple, parts, vitref
+from ._common import first_if_tuple, mistaken_mask_softmax, parts, vitref
+from ._properties import by_tests, dtype_mix, first, weights_problem
+from .ch03_attention import finite_fill_head, zero_row_head
+from ...questions.ch03_attention import case_mask
 from ...questions.ch04_multihead_attention import (  # noqa: F401
     LOOP_CASES,
     MHA_CASES,
@@ -20,7 +25,7 @@ from ...questions.ch04_multihead_attention import (  # noqa: F401
 
 
 def _mha(merge="b h n d -> b n (h d)", reshape=False, einsum="bhal, bhlv -> bhav", scale="head",
-         scale_after=False, project=True, softmax_dim=-1):
+         scale_after=False, project=True, softmax_dim=-1, mask_mode="fill", fill=-1e9, dropout="att"):
     def build(parts):
         class MultiHeadAttention(nn.Module):
             def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
@@ -34,22 +39,26 @@ def _mha(merge="b h n d -> b n (h d)", reshape=False, einsum="bhal, bhlv -> bhav
                 qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
                 queries, keys, values = qkv[0], qkv[1], qkv[2]
                 energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
-                if mask is not None:
-                    energy = energy.masked_fill(mask == 0, -1e9)
                 scaling = {"head": (self.emb_size // self.num_heads) ** 0.5, "emb": self.emb_size ** 0.5,
                            None: 1.0}[scale]
+                if dropout == "energy":
+                    energy = self.att_drop(energy)
                 if scale_after:
-                    att = F.softmax(energy, dim=softmax_dim) / scaling
+                    att = mistaken_mask_softmax(energy, mask, mask_mode, softmax_dim, fill) / scaling
                 else:
-                    att = F.softmax(energy / scaling, dim=softmax_dim)
-                att = self.att_drop(att)
+                    att = mistaken_mask_softmax(energy / scaling, mask, mask_mode, softmax_dim, fill)
+                if dropout == "att":
+                    att = self.att_drop(att)
+                elif dropout == "always":
+                    att = F.dropout(att, self.att_drop.p)
                 out = torch.einsum(einsum, att, values)
                 if reshape:
                     b, h, n, d = out.shape
                     out = out.reshape(b, n, h * d)
                 else:
                     out = rearrange(out, merge)
-                return self.projection(out) if project else out
+                out = self.projection(out) if project else out
+                return self.att_drop(out) if dropout == "out" else out
         return MultiHeadAttention
     return build
 
@@ -84,31 +93,123 @@ MHA_MISTAKES = [
             "Each query's weights sum to 1 over the keys: softmax(dim=-1).", _mha(softmax_dim=-2)),
 ]
 
-add('q5', references=lambda: [vitref().MultiHeadAttention], catalogue=MHA_MISTAKES)
+MHA_MISTAKES += [
+    Mistake("mask_ignored", "the mask is ignored",
+            "When mask is given, fill the blocked energies (mask == 0) with -1e9 before the softmax.",
+            _mha(mask_mode=None)),
+    Mistake("mask_inverted", "mask polarity inverted",
+            "The mask is 1/True where a query MAY attend: block where it is 0/False (masked_fill(mask == 0, ...)).",
+            _mha(mask_mode="inverted"), also=(_mha(mask_mode="inverted", fill=float("-inf")),)),
+    Mistake("mask_after_softmax", "mask applied after the softmax",
+            "Fill the blocked energies with -1e9 before the softmax, so the allowed weights still sum to 1.",
+            _mha(mask_mode="after")),
+    Mistake("nan_fully_masked", "fully masked rows give NaN",
+            "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN: fill with -1e9, as the "
+            "exercise's code does.", _mha(fill=float("-inf"))),
+    Mistake("dropout_always_on", "dropout applied in eval mode too",
+            "F.dropout(att, p) drops weights even in eval mode (its training argument defaults to True): use "
+            "self.att_drop(att), or F.dropout(att, p, training=self.training).", _mha(dropout="always")),
+    Mistake("dropout_missing", "the attention dropout is missing",
+            "Apply self.att_drop to the attention weights, after the softmax and before multiplying by the values.",
+            _mha(dropout=None)),
+    Mistake("dropout_before_softmax", "dropout applied to the energy before the softmax",
+            "Dropout acts on the attention weights: att = self.att_drop(F.softmax(...)), after the softmax.",
+            _mha(dropout="energy")),
+    Mistake("dropout_on_output", "dropout applied to the output instead of the attention weights",
+            "self.att_drop belongs on the attention weights (after the softmax, before the einsum with the values), "
+            "not on the output.", _mha(dropout="out")),
+]
 
 
-def _loop(combine="cat", project=True, head_width="split", same_head=False):
+class _FiniteFillMHA(nn.Module):
+    """The exercise's MultiHeadAttention (-1e9 fills: a fully masked query gets uniform weights)."""
+
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__()
+        self.emb_size, self.num_heads = emb_size, num_heads
+        self.qkv = nn.Linear(emb_size, emb_size * 3)
+        self.att_drop = nn.Dropout(dropout)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None):
+        q, k, v = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
+        energy = q @ k.transpose(-2, -1) / (self.emb_size // self.num_heads) ** 0.5
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
+        att = self.att_drop(vitref().softmax(energy, dim=-1))
+        return self.projection(rearrange(att @ v, "b h n d -> b n (h d)"))
+
+
+_MHA_TESTS = {
+    "mask": "the output with a mask is wrong although every case without one is right: check how the mask "
+            "reaches the energies (blocked where mask == 0, filled with -1e9 before the softmax)",
+    "dropout_eval": "in eval mode dropout must do nothing: use self.att_drop (an nn.Dropout follows "
+                    "model.eval()) or F.dropout(att, p, training=self.training)",
+    "dropout_all": "with dropout=1.0 in train mode every attention weight is dropped, so the output is the "
+                   "projection's bias: the dropout is missing or not on the attention weights",
+    "dropout_seeded": "in train mode the dropout masks differ from dropout applied once to the attention weights "
+                      "(after the softmax, before the einsum with the values), as self.att_drop(att)",
+    "grads": "the gradients differ although the outputs are right: does the output reach x and every "
+             "parameter through autograd (no .detach(), .data or numpy)?",
+}
+_MHA_COMBOS = {
+    frozenset({"dropout_all", "dropout_seeded"}): _MHA_TESTS["dropout_all"],
+    frozenset({"dropout_eval", "dropout_seeded"}): "dropout is applied even in eval mode, or elsewhere than on "
+                                                   "the attention weights: use self.att_drop(att) after the softmax",
+    frozenset({"dropout_eval", "dropout_all", "dropout_seeded"}):
+        "dropout is wrong in both modes: in eval mode dropout must do nothing, and in train mode it drops the "
+        "attention weights with probability p (use self.att_drop(att), after the softmax)",
+}
+
+
+def _mha_weights_free(question, data):
+    return dtype_mix(data)
+
+
+add('q5', references=lambda: [vitref().MultiHeadAttention, _FiniteFillMHA], catalogue=MHA_MISTAKES,
+    diagnose=first(by_tests(_MHA_TESTS, _MHA_COMBOS), _mha_weights_free))
+
+
+def _loop(combine="cat", project=True, head_width="split", same_head=False, pass_mask=True, stack="dim1",
+          head=None, **_):
     def build(parts):
-        AttentionHead = parts.AttentionHead
+        AttentionHead = parts.AttentionHead if head is None else head(parts)
 
         class MultiHeadAttentionLoop(nn.Module):
             def __init__(self, emb_size, num_heads):
                 super().__init__()
                 width = emb_size // num_heads if head_width == "split" else emb_size
                 self.heads = nn.ModuleList([AttentionHead(emb_size, width) for _ in range(num_heads)])
-                out_in = width * num_heads if combine == "cat" else width
+                out_in = width * num_heads if combine in ("cat", "interleave") else width
                 self.projection = nn.Linear(out_in, emb_size)
 
             def forward(self, x, mask=None, return_attention=False):
                 heads = [self.heads[0]] * len(self.heads) if same_head else self.heads
-                outputs = [first_if_tuple(head(x, mask)) for head in heads]
+                results = [head(x, mask) if pass_mask else head(x) for head in heads]
+                outputs = [first_if_tuple(r) for r in results]
+                weights = [r[1] for r in results]
                 if combine == "cat":
                     out = torch.cat(outputs, dim=-1)
                 elif combine == "cat_tokens":
                     out = torch.cat(outputs, dim=1)
+                elif combine == "interleave":
+                    out = torch.stack(outputs, dim=-1).flatten(-2)          # (B, N, d, h) -> (d h)
                 else:
                     out = torch.stack(outputs).mean(0)
-                return self.projection(out) if project else out
+                out = self.projection(out) if project else out
+                if not return_attention:
+                    return out
+                if stack == "dim1":
+                    w = torch.stack(weights, dim=1)
+                elif stack == "dim0":
+                    w = torch.stack(weights)
+                elif stack == "mean":
+                    w = torch.stack(weights, dim=1).mean(1)
+                elif stack == "cat":
+                    w = torch.cat(weights, dim=-1)
+                else:
+                    w = weights[-1]
+                return out, w
         return MultiHeadAttentionLoop
     return build
 
@@ -130,4 +231,97 @@ LOOP_MISTAKES = [
             _loop(same_head=True), ("AttentionHead",)),
 ]
 
-add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop], catalogue=LOOP_MISTAKES, reference_parts=parts(AttentionHead=lambda: vitref().AttentionHead))
+_NEEDS = ("AttentionHead",)
+LOOP_MISTAKES += [
+    Mistake("mask_ignored", "the mask is not passed to the heads",
+            "Call every head with the mask: head(x, mask).", _loop(pass_mask=False), _NEEDS),
+    Mistake("merge_d_h", "heads merged in the wrong order, (d h)",
+            "Put the heads side by side, head after head: torch.cat(outputs, dim=-1); stacking on a new last axis "
+            "and flattening interleaves the features of different heads.", _loop(combine="interleave"), _NEEDS),
+    Mistake("weights_stacked_dim0", "attention weights stacked on the first axis, (h, B, N, N)",
+            "Stack the heads' weights on axis 1: torch.stack(weights, dim=1) gives (B, h, N, N).",
+            _loop(stack="dim0"), _NEEDS),
+    Mistake("weights_averaged", "attention weights averaged over the heads",
+            "Return every head's weights, stacked as (B, h, N, N): torch.stack(weights, dim=1), no mean.",
+            _loop(stack="mean"), _NEEDS),
+    Mistake("weights_concatenated", "attention weights concatenated along the keys axis, (B, N, h*N)",
+            "Stack the heads' weights on a new axis 1: torch.stack(weights, dim=1) gives (B, h, N, N).",
+            _loop(stack="cat"), _NEEDS),
+    Mistake("weights_last_head", "only the last head's weights returned",
+            "Collect the weights of every head in the loop and stack them: (B, h, N, N).",
+            _loop(stack="last"), _NEEDS),
+]
+
+
+def _with_zero_row_heads(mistake: Mistake) -> Mistake:
+    """The loop mistake also built from heads whose fully masked rows are zeros (students'
+    heads differ there; the exercise accepts both)."""
+    def build(parts, _build=mistake.build):
+        return _build(SimpleNamespace(AttentionHead=zero_row_head()))
+    return dataclasses.replace(mistake, also=mistake.also + (build,))
+
+
+LOOP_MISTAKES = [_with_zero_row_heads(m) for m in LOOP_MISTAKES]
+
+
+class _FiniteFillLoop(nn.Module):
+    """The exercise's loop over the notebook's heads (-1e9 fills: fully masked queries are uniform)."""
+
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        head = finite_fill_head()
+        self.heads = nn.ModuleList(head(emb_size, emb_size // num_heads) for _ in range(num_heads))
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None, return_attention=False):
+        outputs, weights = zip(*(head(x, mask) for head in self.heads))
+        out = self.projection(torch.cat(outputs, dim=-1))
+        return (out, torch.stack(weights, dim=1)) if return_attention else out
+
+
+_LOOP_TESTS = {
+    "mask": "the output with a mask is wrong although the cases without one are right: pass the mask to every "
+            "head, head(x, mask)",
+    "weights": "the attention weights returned with return_attention=True are wrong although the output is right: "
+               "stack every head's weights, in head order, as (B, num_heads, N, N)",
+    "grads": "the gradients differ although the outputs are right: does the output reach x and every parameter "
+             "through autograd (no .detach(), .data or numpy)?",
+}
+
+
+def _loop_heads_diagnose(question, data):
+    """With return_attention=True, compare each head's weights with the reference's: name the
+    first head whose weights are wrong (e.g. a head that reads another head's parameters)."""
+    from ..judge import reference_outputs
+
+    for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
+        got = (student_case.get("outputs") or {}).get("weights")
+        if got is None or not case.params.get("return_attention"):
+            continue
+        got = np.asarray(got)
+        refs, _ = reference_outputs(question, index, student_case, verify=False)
+        wants = [np.asarray(ref["weights"]) for ref in refs if np.shape(ref["weights"]) == got.shape]
+        if not wants:
+            continue
+
+        def wrong_heads(want):
+            return [h for h in range(want.shape[1]) if not np.allclose(got[:, h], want[:, h], atol=1e-4)]
+
+        want = min(wants, key=lambda w: len(wrong_heads(w)))
+        bad = wrong_heads(want)
+        if not bad:
+            continue
+        h = bad[0]
+        for other in range(want.shape[1]):
+            if other != h and np.allclose(got[:, h], want[:, other], atol=1e-4):
+                return (f"the weights of head {h} are those of head {other} (on input {case.label}): keep the "
+                        f"heads in order, each with its own parameters")
+        found = weights_problem(got[:, h], case_mask(case.params))
+        return (found or f"the attention weights of head {h} differ from what its own query and key layers "
+                         f"give") + f" (on input {case.label})"
+    return None
+
+
+add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop, _FiniteFillLoop], catalogue=LOOP_MISTAKES,
+    reference_parts=parts(AttentionHead=finite_fill_head),
+    diagnose=first(by_tests(_LOOP_TESTS), _loop_heads_diagnose, lambda q, d: dtype_mix(d)))
