@@ -49,16 +49,17 @@ def require_nbgrader(db_url: str | None = None) -> None:
         raise GradebookUnavailable(
             f"error: nbgrader is not installed ({error}); the grader writes nbgrader's gradebook. "
             f"Install the grading extra: {INSTALL_HINT}")
-    if db_url and db_url.startswith(("postgresql", "postgres")):
-        driver = db_url.split("://", 1)[0].split("+")
-        module = {"psycopg": "psycopg", "pg8000": "pg8000", "asyncpg": "asyncpg"}.get(
-            driver[1] if len(driver) > 1 else "psycopg2", "psycopg2")
-        try:
-            __import__(module)
+    if db_url and not db_url.startswith("sqlite"):
+        try:                                  # the driver SQLAlchemy picks for this URL
+            from sqlalchemy.engine import make_url
+            make_url(db_url).get_dialect().import_dbapi()
         except ImportError as error:
             raise GradebookUnavailable(
-                f"error: the PostgreSQL driver {module!r} is not installed ({error}), needed for "
-                f"--db-url {redact(db_url)}. Install the grading extra: {INSTALL_HINT}")
+                f"error: the database driver for --db-url {redact(db_url)} is not installed "
+                f"({error}). Install the grading extra: {INSTALL_HINT}")
+        except Exception as error:  # noqa: BLE001 - a malformed URL
+            raise GradebookUnavailable(f"error: --db-url {redact(db_url)} is not a database URL "
+                                       f"nbgrader can use ({type(error).__name__}: {error})")
 
 
 def redact(db_url: str) -> str:
