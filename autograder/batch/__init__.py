@@ -735,7 +735,8 @@ def run(args: argparse.Namespace) -> int:
                 pass
     csv_path = write_csv(root, final, csv_name(shard))
     report_path = report.write(root / ("report.html" if shard is None else
-                                       f"report-{shard[0]}-of-{shard[1]}.html"), final)
+                                       f"report-{shard[0]}-of-{shard[1]}.html"), final,
+                               source_dir=source_dir)
     write_gradebook(root, cid, sources, final, db_url)
     graded_now = len([t for t in todo if (t.student, t.assignment) in results])
     elapsed = time.monotonic() - started

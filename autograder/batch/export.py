@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     gradebook.export_csv(db_url, cid, to)
     print(f"wrote {to} (nbgrader export of {gradebook.redact(db_url)})")
     if results:
-        path = report.write(root / "report.html", results)
+        path = report.write(root / "report.html", results, source_dir=find_source_dir(root, None))
         print(f"wrote {path}")
     return 0
 
@@ -118,7 +118,9 @@ def report_main(argv: list[str] | None = None) -> int:
         print(f"error: no saved result under {root / '.autograder' / 'results'}: grade first",
               file=sys.stderr)
         return 2
-    path = report.write(Path(args.out) if args.out else root / "report.html", results)
+    from autograder.batch import find_source_dir
+    path = report.write(Path(args.out) if args.out else root / "report.html", results,
+                        source_dir=find_source_dir(root, None))
     print(f"wrote {path} ({len(results)} submission(s))")
     return 0
 

@@ -113,8 +113,9 @@ def lock(db_url: str, course: str = ""):
 
 def _retryable() -> tuple:
     from nbgrader.api import InvalidEntry
-    from sqlalchemy.exc import IntegrityError, OperationalError
-    return (IntegrityError, OperationalError, InvalidEntry)
+    from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError
+    # ProgrammingError: "relation already exists" when two writers create the tables at once
+    return (IntegrityError, OperationalError, ProgrammingError, InvalidEntry)
 
 
 def write(db_url: str, course_id: str, sources: dict, results: list[dict]) -> int:
