@@ -1,6 +1,9 @@
 """Grade a whole class: ``python -m autograder grade ROOT``.
 
     python -m autograder grade ROOT [--jobs N] [--timeout S] [--memory MB] [--force]
+                                    [--db-url URL] [--shard I/N] [--course-id ID]
+    python -m autograder export ROOT [--db-url URL]     (autograder.batch.export)
+    python -m autograder report ROOT                    (autograder.batch.report)
 
 Grades every ``ROOT/submitted/<student>/<assignment>/*.ipynb`` on the questions of that
 assignment (:func:`autograder.questions`), never on the notebook's own test cells: a
@@ -11,19 +14,23 @@ which the grader judges against ``vitref`` in its own processes.
 
 Results:
 
-* ``ROOT/grades.csv``: ``student,assignment,question,score,max_score,reason``, one row per
-  question and submission, whatever happened (a notebook that is not JSON, an answer that
-  raises, hangs, exits or exhausts memory: zero and the reason);
-* ``ROOT/gradebook.db``: nbgrader's gradebook, written with nbgrader's own API (students,
-  assignments, the grade cells of the source notebooks, one auto score per grade cell), so
-  formgrader and ``nbgrader export`` work on it;
-* ``ROOT/feedback/<student>/<assignment>/feedback.html`` (and ``.md``);
-* ``ROOT/autograded/<student>/<assignment>/<notebook>.ipynb``: the graded notebook as
-  submitted, where formgrader looks for it;
+* ``ROOT/grades.csv`` (``grades-I-of-N.csv`` for ``--shard I/N``):
+  ``student,assignment,question,score,max_score,reason``, one row per question and
+  submission, whatever happened (a notebook that is not JSON, an answer that raises, hangs,
+  exits or exhausts memory: zero and the reason);
+* nbgrader's gradebook, ``ROOT/gradebook.db`` or ``--db-url`` (e.g. one PostgreSQL database
+  for N shards), written with nbgrader's own API (:mod:`autograder.batch.gradebook`: locked
+  and retried for concurrent writers), so formgrader, ``nbgrader export`` and
+  ``nbgrader generate_feedback`` work on it;
+* ``ROOT/autograded/<student>/<assignment>/<notebook>.ipynb`` and ``timestamp.txt``
+  (:mod:`autograder.batch.formgrader`): what formgrader and ``generate_feedback`` read;
+* ``ROOT/autograder-feedback/<student>/<assignment>/feedback.html`` (and ``.md``): the
+  grader's own page (``ROOT/feedback/`` is nbgrader's);
+* ``ROOT/report.html`` (:mod:`autograder.batch.report`): the class report;
 * ``ROOT/.autograder/results/<student>/<assignment>.json``: one file per graded
   submission, written atomically as soon as it is graded. A second run skips submissions
-  whose notebook (and the autograder) did not change, so an interrupted batch resumes where
-  it stopped; ``--force`` grades everything again.
+  whose notebook (and the autograder) did not change, so an interrupted batch (or a killed
+  shard) resumes where it stopped; ``--force`` grades everything again.
 """
 from __future__ import annotations
 
