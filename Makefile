@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 JOBS   ?= 2
 
-.PHONY: setup system-packages test book assignments autograde bench clean
+.PHONY: setup system-packages test book assignments autograde autograde-unsandboxed feedback gradescope bench clean
 
 setup: $(STAMP)
 
@@ -44,8 +44,25 @@ book: setup
 assignments: setup
 	$(PY) -m autograder.instructor.nbtools generate
 
+# Grading (README, "Quick start for instructors"). `make autograde` grades
+# instructor/submitted/ in the grading sandbox into nbgrader's gradebook (instructor/gradebook.db)
+# and exports instructor/nbgrader_grades.csv; GRADE_ARGS passes options to
+# `python -m autograder grade` (e.g. GRADE_ARGS="--jobs 4 --force").
 autograde: setup
-	$(PY) -m autograder.instructor.nbtools autograde
+	$(PY) -m autograder.instructor.nbtools autograde -- $(GRADE_ARGS)
+
+# nbgrader's own autograde: runs every student notebook UNSANDBOXED with your rights.
+autograde-unsandboxed: setup
+	$(PY) -m autograder.instructor.nbtools autograde-unsandboxed
+
+# nbgrader generate_feedback on what `make autograde` wrote: instructor/feedback/<student>/<a>/<a>.html
+feedback: setup
+	$(PY) -m autograder.instructor.nbtools feedback
+
+# The Gradescope autograder zip of one assignment: dist/gradescope-<ASSIGNMENT>.zip
+gradescope: setup
+	@test -n "$(ASSIGNMENT)" || { echo "usage: make gradescope ASSIGNMENT=03_attention"; exit 2; }
+	$(PY) -m autograder.instructor.gradescope build --assignment $(ASSIGNMENT)
 
 bench: setup
 	$(PY) -m bench

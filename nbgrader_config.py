@@ -3,7 +3,11 @@
 solutions/<assignment>/<assignment>.ipynb is nbgrader's *source* directory and
 exercises/<assignment>/ its *release* directory: `make assignments` regenerates
 exercises/ from solutions/. Submissions and the gradebook live under instructor/
-(gitignored)."""
+(gitignored): `make autograde` grades instructor/submitted/ with the sandboxed grader
+(`python -m autograder grade instructor`) into this gradebook and writes
+instructor/autograded/, which `nbgrader formgrader` and `nbgrader generate_feedback`
+(instructor/feedback/) read. For a class graded by several machines, point db_url at one
+PostgreSQL database (the same URL as `python -m autograder grade --db-url`)."""
 import os
 
 c = get_config()  # noqa: F821  (provided by nbgrader)

@@ -3,6 +3,8 @@
     python -m autograder check PATH [--question QID ...] [--json] [--timeout SECONDS]
     python -m autograder questions [--chapter CHAPTER] [--json]
     python -m autograder grade ROOT ...        (batch grading, see autograder.batch)
+    python -m autograder export ROOT ...       (grades.csv, nbgrader CSV, report after grading)
+    python -m autograder report ROOT           (ROOT/report.html from the saved results)
 
 ``check`` runs PATH (a notebook or a Python file) in a fresh process with a time limit,
 probes the answers there and judges them here; it prints a table (or, with ``--json``, a
@@ -66,6 +68,9 @@ def main(argv=None) -> int:
             print(f"error: batch grading is not available ({error})", file=sys.stderr)
             return 2
         return grade_main(argv[1:])
+    if argv and argv[0] in ("export", "report"):
+        from .batch import export  # the class's CSVs and report after grading (autograder/batch/)
+        return (export.main if argv[0] == "export" else export.report_main)(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     check = sub.add_parser("check", help="check the answers in a notebook or Python file")

@@ -64,11 +64,26 @@ def test_batch_odd_folders_rerun_changes_and_force(tmp_path):
     assert header == "student,assignment,question,score,max_score,reason"
     two = json.loads((root / ".autograder" / "results" / "two" / f"{A}.json").read_text())
     assert two["notebook"] == f"{A}.ipynb" and "several notebooks" in two["reason"]
-    page = (root / "feedback" / "xss" / A / "feedback.html").read_text()
+    page = (root / "autograder-feedback" / "xss" / A / "feedback.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;" in page
-    # formgrader finds the graded notebook under the source notebook's name
-    assert (root / "autograded" / "renamed" / A / f"{A}.ipynb").read_bytes() == \
-        (root / "submitted" / "renamed" / A / "my work.ipynb").read_bytes()
+    assert not (root / "feedback").exists()           # nbgrader's generate_feedback writes there
+    # formgrader finds the graded notebook under the source notebook's name: the submitted
+    # cells, no output of the student's, the grader's verdict as the test cell's output
+    import nbformat
+    graded = nbformat.read(root / "autograded" / "renamed" / A / f"{A}.ipynb", 4)
+    submitted = nbformat.read(root / "submitted" / "renamed" / A / "my work.ipynb", 4)
+    from autograder.batch.formgrader import HIDDEN
+    # (the submitted solution notebook still has the hidden tests: never shown in feedback)
+    assert [c.source for c in graded.cells] == [HIDDEN.sub("", c.source) for c in submitted.cells]
+    assert "HIDDEN TESTS" in "".join(c.source for c in submitted.cells)
+    test_cell = next(c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    assert [o.text for o in test_cell.outputs] == ["[q1] Q1 positional encoding (getPositionEncoding): 2/2 - correct\n"]
+    assert all(not c.get("outputs") for c in graded.cells if c is not test_cell)
+    assert (root / "autograded" / "renamed" / A / "timestamp.txt").read_text().strip()
+    xss = nbformat.read(root / "autograded" / "xss" / A / f"{A}.ipynb", 4)
+    xss_test = next(c for c in xss.cells if c.metadata.get("nbgrader", {}).get("grade"))
+    assert xss_test.outputs[0].name == "stderr" and "0/2" in xss_test.outputs[0].text
+    assert (root / "report.html").is_file()
 
     state = root / ".autograder" / "results" / "ann" / f"{A}.json"
     stamp = state.stat().st_mtime_ns
@@ -157,3 +172,35 @@ def test_missing_root_is_a_clear_error(tmp_path):
     result = grade(tmp_path / "nowhere")
     assert result.returncode != 0
     assert "submitted" in result.stderr
+
+
+def test_missing_nbgrader_is_a_clear_error_before_grading(tmp_path):
+    """Without nbgrader (the grading extra), the command says what to install and grades nothing."""
+    root = tmp_path / "course"
+    S.write(S.load(A), root, "ann", A)
+    code = ("import sys; sys.modules['nbgrader'] = None\n"
+            "from autograder.batch import main\n"
+            f"sys.exit(main([{str(root)!r}, '--no-progress']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          cwd=S.REPO)
+    assert proc.returncode != 0
+    assert "pip install 'vitref-course[grading]'" in proc.stderr + proc.stdout, proc.stderr
+    assert "grading 1 submission" not in proc.stdout
+    assert not (root / ".autograder").exists() and not (root / "grades.csv").exists()
+
+
+def test_a_virtual_environment_reached_through_a_symlink(tmp_path):
+    """The class graded by a .venv whose path passes through a symlink (a home folder that
+    is a link, a venv moved and linked back): honest students still get full marks."""
+    link = tmp_path / "linked-venv"
+    link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    python = link / "bin" / "python"
+    assert python.exists()
+    root = tmp_path / "course"
+    S.write(S.load(A), root, "ann", A)
+    S.write(S.load(A, "exercises"), root, "ben", A)
+    proc = subprocess.run([str(python), "-m", "autograder", "grade", str(root), "--jobs", "1",
+                           "--no-progress", "--timeout", "20"], cwd=S.REPO, capture_output=True,
+                          text=True, timeout=600, env=dict(os.environ, AUTOGRADER_GRADER_VERSION="v1"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert scores(root) == {("ann", A, "q1"): 2.0, ("ben", A, "q1"): 0.0}, S.read_csv(root)

@@ -1,7 +1,12 @@
-"""(b) nbgrader autograde, as `make autograde` runs it, in a scratch course folder.
+"""nbgrader around the course, in scratch course folders.
 
-The reference solutions must get full marks, the blank exercises zero, and a correct
-answer that prints warnings on stderr must not lose points.
+(a) `make autograde`: the sandboxed grader into nbgrader's gradebook, then nbgrader's own
+tools on what it wrote: `nbgrader export`, and `nbgrader generate_feedback` (the real
+command) producing each student's HTML page.
+
+(b) `make autograde-unsandboxed`: nbgrader's in-kernel autograde. The reference solutions
+must get full marks, the blank exercises zero, and a correct answer that prints warnings
+on stderr must not lose points.
 """
 from __future__ import annotations
 
@@ -41,9 +46,10 @@ def _submit(course: Path, student: str, name: str, nb) -> None:
 
 
 def _autograde(courses: list[Path]) -> None:
-    """`python -m autograder.instructor.nbtools autograde --course C` for each course, in parallel."""
+    """`python -m autograder.instructor.nbtools autograde-unsandboxed --course C` for each course, in parallel."""
     env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
-    procs = [subprocess.Popen([sys.executable, "-m", "autograder.instructor.nbtools", "autograde", "--course", str(c)],
+    procs = [subprocess.Popen([sys.executable, "-m", "autograder.instructor.nbtools", "autograde-unsandboxed",
+                               "--course", str(c)],
                               cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for c in courses]
     outs = [(p, p.communicate(timeout=1200)[0]) for p in procs]
@@ -157,9 +163,83 @@ def test_stderr_warnings_are_dropped_but_other_stderr_is_kept():
     assert [(o.name, o.text[:9]) for o in cell.outputs] == [("stderr", "Traceback"), ("stdout", "/a.py:3: ")]
 
 
-def test_autograde_with_nothing_submitted_says_where_to_put_submissions(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "autograder.instructor.nbtools", "autograde", "--course", str(tmp_path)],
+@pytest.mark.parametrize("command", ["autograde", "autograde-unsandboxed"])
+def test_autograde_with_nothing_submitted_says_where_to_put_submissions(tmp_path, command):
+    out = subprocess.run([sys.executable, "-m", "autograder.instructor.nbtools", command, "--course", str(tmp_path)],
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "nothing to grade" in out.stdout and "instructor/submitted/<student>/<assignment>" in out.stdout
     assert not (tmp_path / "instructor" / "gradebook.db").exists()
+
+
+# ------------------------------------------------- (a) the sandboxed grader + nbgrader's tools
+
+SMALL = ["02_positional_encoding", "03_attention"]
+
+
+@pytest.fixture(scope="module")
+def sandboxed(tmp_path_factory):
+    """`make autograde` on a small class: solutions, blank exercises, one unreadable notebook."""
+    course = tmp_path_factory.mktemp("course-sandboxed")
+    for name in SMALL:
+        _submit(course, "solution", name, nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", 4))
+        _submit(course, "blank", name, nbformat.read(ROOT / "exercises" / name / f"{name}.ipynb", 4))
+    broken = course / "instructor" / "submitted" / "broken" / SMALL[0]
+    broken.mkdir(parents=True)
+    (broken / f"{SMALL[0]}.ipynb").write_text("{ not a notebook")
+    out = subprocess.run([sys.executable, "-m", "autograder.instructor.nbtools", "autograde", "--course",
+                          str(course), "--", "--jobs", "2", "--no-progress", "--timeout", "30"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=900,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "sandbox:" in out.stdout
+    shutil.copy(ROOT / "nbgrader_config.py", course / "nbgrader_config.py")
+    return course
+
+
+def test_sandboxed_autograde_fills_nbgraders_gradebook_and_export(sandboxed):
+    scores = nbtools.scores(_gradebook(sandboxed), "vit-from-scratch")
+    for name in SMALL:
+        assert scores[("solution", name)] == (_max_points(name),) * 2
+        assert scores[("blank", name)] == (0.0, _max_points(name))
+    assert scores[("broken", SMALL[0])] == (0.0, _max_points(SMALL[0]))
+    with open(sandboxed / "instructor" / nbtools.NBGRADER_CSV, newline="") as fh:
+        rows = {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(fh)}
+    assert rows == {key: value[0] for key, value in scores.items()} | {("broken", SMALL[1]): 0.0}
+    # the grader's own pages are not in nbgrader's feedback folder
+    assert (sandboxed / "instructor" / "autograder-feedback" / "blank" / SMALL[0] / "feedback.html").is_file()
+    assert (sandboxed / "instructor" / "report.html").is_file()
+
+
+def test_nbgrader_generate_feedback_works_on_what_the_grader_wrote(sandboxed):
+    """The real `nbgrader generate_feedback` command, from the course folder as an
+    instructor runs it: one HTML page per student and assignment, with the gradebook's
+    scores and the grader's messages, and no hidden test."""
+    env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    for name in SMALL:
+        out = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "generate_feedback", name],
+                             cwd=sandboxed, capture_output=True, text=True, timeout=600, env=env)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert "Skipping existing assignment" not in out.stdout + out.stderr
+    feedback = sandboxed / "instructor" / "feedback"
+    pages = sorted(str(p.relative_to(feedback)) for p in feedback.glob("*/*/*.html"))
+    assert pages == sorted([f"{s}/{n}/{n}.html" for s in ("solution", "blank") for n in SMALL]
+                           + [f"broken/{SMALL[0]}/{SMALL[0]}.html"])
+
+    def text(path: Path) -> str:
+        import html
+        import re
+        page = re.sub(r"<(style|script)\b.*?</\1>", "", path.read_text(), flags=re.S)
+        return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+
+    full = text(feedback / "solution" / "03_attention" / "03_attention.html")
+    assert "Score: 6.0 / 6.0" in full and "correct" in full and "HIDDEN TESTS" not in full
+    blank = text(feedback / "blank" / "02_positional_encoding" / "02_positional_encoding.html")
+    assert "Score: 0.0 / 2.0" in blank and "NotImplementedError" in blank
+    broken = text(feedback / "broken" / SMALL[0] / f"{SMALL[0]}.html")
+    assert "Score: 0.0 / 2.0" in broken and "could not be read" in broken
+    # a second run skips what is up to date (nbgrader's own rule), `make feedback` too
+    again = subprocess.run([sys.executable, "-m", "autograder.instructor.nbtools", "feedback", "--course",
+                            str(sandboxed)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert f"{len(pages)} feedback page(s)" in again.stdout

@@ -1,6 +1,9 @@
 """Grade a whole class: ``python -m autograder grade ROOT``.
 
     python -m autograder grade ROOT [--jobs N] [--timeout S] [--memory MB] [--force]
+                                    [--db-url URL] [--shard I/N] [--course-id ID]
+    python -m autograder export ROOT [--db-url URL]     (autograder.batch.export)
+    python -m autograder report ROOT                    (autograder.batch.report)
 
 Grades every ``ROOT/submitted/<student>/<assignment>/*.ipynb`` on the questions of that
 assignment (:func:`autograder.questions`), never on the notebook's own test cells: a
@@ -11,19 +14,23 @@ which the grader judges against ``vitref`` in its own processes.
 
 Results:
 
-* ``ROOT/grades.csv``: ``student,assignment,question,score,max_score,reason``, one row per
-  question and submission, whatever happened (a notebook that is not JSON, an answer that
-  raises, hangs, exits or exhausts memory: zero and the reason);
-* ``ROOT/gradebook.db``: nbgrader's gradebook, written with nbgrader's own API (students,
-  assignments, the grade cells of the source notebooks, one auto score per grade cell), so
-  formgrader and ``nbgrader export`` work on it;
-* ``ROOT/feedback/<student>/<assignment>/feedback.html`` (and ``.md``);
-* ``ROOT/autograded/<student>/<assignment>/<notebook>.ipynb``: the graded notebook as
-  submitted, where formgrader looks for it;
+* ``ROOT/grades.csv`` (``grades-I-of-N.csv`` for ``--shard I/N``):
+  ``student,assignment,question,score,max_score,reason``, one row per question and
+  submission, whatever happened (a notebook that is not JSON, an answer that raises, hangs,
+  exits or exhausts memory: zero and the reason);
+* nbgrader's gradebook, ``ROOT/gradebook.db`` or ``--db-url`` (e.g. one PostgreSQL database
+  for N shards), written with nbgrader's own API (:mod:`autograder.batch.gradebook`: locked
+  and retried for concurrent writers), so formgrader, ``nbgrader export`` and
+  ``nbgrader generate_feedback`` work on it;
+* ``ROOT/autograded/<student>/<assignment>/<notebook>.ipynb`` and ``timestamp.txt``
+  (:mod:`autograder.batch.formgrader`): what formgrader and ``generate_feedback`` read;
+* ``ROOT/autograder-feedback/<student>/<assignment>/feedback.html`` (and ``.md``): the
+  grader's own page (``ROOT/feedback/`` is nbgrader's);
+* ``ROOT/report.html`` (:mod:`autograder.batch.report`): the class report;
 * ``ROOT/.autograder/results/<student>/<assignment>.json``: one file per graded
   submission, written atomically as soon as it is graded. A second run skips submissions
-  whose notebook (and the autograder) did not change, so an interrupted batch resumes where
-  it stopped; ``--force`` grades everything again.
+  whose notebook (and the autograder) did not change, so an interrupted batch (or a killed
+  shard) resumes where it stopped; ``--force`` grades everything again.
 """
 from __future__ import annotations
 
@@ -34,7 +41,6 @@ import json
 import multiprocessing
 import os
 import re
-import shutil
 import signal
 import sys
 import time
@@ -489,9 +495,9 @@ def load_state(root: Path, task: Task, any_version: bool = False) -> dict | None
     return data if any_version or data.get("digest") == task.digest else None
 
 
-def write_csv(root: Path, results: list[dict]) -> Path:
-    path = root / "grades.csv"
-    tmp = path.with_name(f".grades.csv.{os.getpid()}.tmp")
+def write_csv(root: Path, results: list[dict], name: str = "grades.csv") -> Path:
+    path = root / name
+    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
     with open(tmp, "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(CSV_COLUMNS)
@@ -503,21 +509,6 @@ def write_csv(root: Path, results: list[dict]) -> Path:
                                  f"{q['max_score']:g}", _short(q.get("reason", ""))])
     os.replace(tmp, path)
     return path
-
-
-def copy_for_formgrader(root: Path, task: Task, source: Source | None) -> None:
-    """ROOT/autograded/<student>/<assignment>/<notebook>.ipynb: the graded notebook as
-    submitted (not executed), where formgrader looks for it."""
-    if task.notebook is None or source is None:
-        return
-    target = root / "autograded" / task.student / task.assignment / f"{source.notebook}.ipynb"
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-        shutil.copyfile(task.notebook, tmp)
-        os.replace(tmp, target)
-    except OSError:
-        pass
 
 
 def course_id(root: Path, source_dir: Path | None) -> str:
@@ -532,87 +523,14 @@ def course_id(root: Path, source_dir: Path | None) -> str:
     return "default_course"
 
 
-def write_gradebook(root: Path, cid: str, sources: dict[str, Source], results: list[dict]) -> Path:
-    """Record every result in ROOT/gradebook.db with nbgrader's API."""
-    from nbgrader.api import (Comment, Grade, Gradebook, Student, SubmittedAssignment,
-                              SubmittedNotebook)
-
-    # nbgrader's gradebook may call the `alembic` executable: make the venv's bin/ findable
-    bindir = str(Path(sys.executable).parent)
-    if bindir not in os.environ.get("PATH", "").split(os.pathsep):
-        os.environ["PATH"] = bindir + os.pathsep + os.environ.get("PATH", "")
-    path = root / "gradebook.db"
-    used = sorted({r["assignment"] for r in results if r["assignment"] in sources})
-    import warnings
-    with warnings.catch_warnings(), Gradebook(f"sqlite:///{path}", cid) as gb:
-        # nbgrader's own add_submission triggers SQLAlchemy "not in session" warnings
-        warnings.simplefilter("ignore")
-        for assignment in used:
-            src = sources[assignment]
-            gb.update_or_create_assignment(assignment)
-            gb.update_or_create_notebook(src.notebook, assignment)
-            for cell in src.grade_cells:
-                gb.update_or_create_grade_cell(cell.name, src.notebook, assignment,
-                                               max_score=cell.points, cell_type=cell.cell_type)
-            for name in src.solution_cells:
-                gb.update_or_create_solution_cell(name, src.notebook, assignment)
-            for cell in src.source_cells:
-                gb.update_or_create_source_cell(cell["name"], src.notebook, assignment,
-                                                cell_type=cell["cell_type"], locked=cell["locked"],
-                                                source=cell["source"])
-        # The submissions: nbgrader's own models, built as Gradebook.add_submission builds
-        # them (a SubmittedNotebook per notebook, a Grade per grade cell, a Comment per
-        # solution cell), in one transaction: add_submission commits once per call, which
-        # takes about a minute for 800 submissions.
-        known_students = {st.id for st in gb.students}
-        for student in sorted({r["student"] for r in results if r["assignment"] in sources}):
-            if student not in known_students:
-                gb.db.add(Student(id=student))
-        gb.db.flush()
-        students = {st.id: st for st in gb.students}
-        assignments = {a.name: a for a in gb.assignments}
-        existing = {(sub.assignment.name, sub.student.id): sub
-                    for sub in gb.db.query(SubmittedAssignment).all()}
-        for r in results:
-            if r["assignment"] not in sources:
-                continue
-            src = sources[r["assignment"]]
-            sub = existing.get((r["assignment"], r["student"]))
-            if sub is None:
-                sub = SubmittedAssignment(assignment=assignments[r["assignment"]],
-                                          student=students[r["student"]])
-                for notebook in sub.assignment.notebooks:
-                    nb = SubmittedNotebook(notebook=notebook, assignment=sub)
-                    for grade_cell in notebook.grade_cells:
-                        Grade(cell_id=grade_cell.id, notebook=nb)
-                    for solution_cell in notebook.solution_cells:
-                        Comment(cell_id=solution_cell.id, notebook=nb)
-                    for task_cell in notebook.task_cells:
-                        Comment(cell_id=task_cell.id, notebook=nb)
-                        Grade(cell_id=task_cell.id, notebook=nb)
-                gb.db.add(sub)
-                existing[(r["assignment"], r["student"])] = sub
-            scores = {q["id"]: q for q in r["questions"]}
-            cells = {cell.name: cell for cell in src.grade_cells}
-            for nb in sub.notebooks:
-                if nb.notebook.name != src.notebook:
-                    continue
-                names = {gc.id: gc.name for gc in nb.notebook.grade_cells}
-                for grade in nb.grades:
-                    cell = cells.get(names.get(grade.cell_id))
-                    if cell is None:
-                        continue
-                    qs = [scores[qid] for qid in cell.qids if qid in scores]
-                    if qs:
-                        total = sum(q["max_score"] for q in qs)
-                        earned = sum(q["score"] for q in qs)
-                        grade.auto_score = cell.points * earned / total if total else 0.0
-                        grade.needs_manual_grade = False
-                    elif r["questions"]:
-                        grade.auto_score = 0.0           # a test cell no question covers
-                        grade.needs_manual_grade = True
-        gb.db.commit()
-    return path
+def write_gradebook(root: Path, cid: str, sources: dict[str, Source], results: list[dict],
+                   db_url: str | None = None) -> str:
+    """Record every result in nbgrader's gradebook (ROOT/gradebook.db unless ``db_url``)
+    with nbgrader's API (see :mod:`autograder.batch.gradebook`); returns the URL written."""
+    from autograder.batch import gradebook
+    url = db_url or gradebook.default_url(root)
+    gradebook.write(url, cid, sources, results)
+    return url
 
 
 # ---------------------------------------------------------------------- command
@@ -677,19 +595,55 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--public-inputs", action="store_true",
                         help="probe with the checks' public inputs (as check() does) instead of "
                              "inputs drawn for this run")
+    parser.add_argument("--db-url", default=None,
+                        help="nbgrader gradebook to write (any nbgrader db_url, e.g. "
+                             "postgresql://user@host/course; default: sqlite:///ROOT/gradebook.db)")
+    parser.add_argument("--shard", default=None, metavar="I/N",
+                        help="grade only the I-th of N deterministic slices of the submissions "
+                             "(1 <= I <= N; by a hash of student/assignment), for N machines "
+                             "grading one class into one --db-url; writes grades-I-of-N.csv")
+    parser.add_argument("--course-id", default=None,
+                        help="nbgrader course_id (default: from nbgrader_config.py)")
+
+
+def parse_shard(text: str | None) -> tuple[int, int] | None:
+    """``"I/N"`` -> (I, N), 1 <= I <= N; None for no sharding."""
+    if not text:
+        return None
+    m = re.fullmatch(r"\s*(\d+)\s*/\s*(\d+)\s*", text)
+    if not m or not 1 <= int(m.group(1)) <= int(m.group(2)):
+        raise SystemExit(f"error: --shard expects I/N with 1 <= I <= N (e.g. 2/4), got {text!r}")
+    return int(m.group(1)), int(m.group(2))
+
+
+def shard_of(student: str, assignment: str, count: int) -> int:
+    """The shard (1..count) of a submission: a stable hash of student and assignment, the
+    same on every machine and Python (not ``hash()``, which is salted per process)."""
+    digest = hashlib.sha256(f"{student}\0{assignment}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") % count + 1
+
+
+def csv_name(shard: tuple[int, int] | None) -> str:
+    return "grades.csv" if shard is None else f"grades-{shard[0]}-of-{shard[1]}.csv"
 
 
 def run(args: argparse.Namespace) -> int:
-    from autograder.batch import feedback
+    from autograder.batch import feedback, formgrader, gradebook, report
     from autograder.hosts.sandbox import Limits, mode
 
     started = time.monotonic()
     root = Path(args.root).resolve()
+    shard = parse_shard(getattr(args, "shard", None))
+    db_url = getattr(args, "db_url", None) or gradebook.default_url(root)
+    gradebook.require_nbgrader(db_url)        # before any grading: fail fast, say what to install
     questions = _questions_by_assignment()
     source_dir = find_source_dir(root, args.source)
     sources = load_sources(source_dir, questions)
     version = grader_version()
     tasks = discover(root, questions, sources, version)
+    if shard is not None:
+        tasks = [t for t in tasks if shard_of(t.student, t.assignment, shard[1]) == shard[0]]
+    cid = getattr(args, "course_id", None) or course_id(root, source_dir)
 
     def selected(t: Task) -> bool:
         return ((not args.assignment or t.assignment in args.assignment)
@@ -718,7 +672,8 @@ def run(args: argparse.Namespace) -> int:
     import secrets
     options = {"limits": asdict(limits), "preload": _preload(source_dir, sorted(questions)),
                "hide": hide, "salt": 0 if args.public_inputs else secrets.randbits(63)}
-    print(f"grading {len(todo)} submission(s) of {len({t.student for t in tasks_shown})} student(s) "
+    where = f" (shard {shard[0]} of {shard[1]})" if shard else ""
+    print(f"grading {len(todo)} submission(s) of {len({t.student for t in tasks_shown})} student(s){where} "
           f"({len(tasks_shown) - len(todo)} unchanged, skipped) with {jobs} job(s); "
           f"sandbox: {sandbox_mode}; limits: {limits.timeout:g} s, {limits.memory_mb} MB",
           flush=True)
@@ -731,15 +686,21 @@ def run(args: argparse.Namespace) -> int:
         from tqdm import tqdm
         bar = tqdm(total=len(todo), unit="nb", dynamic_ncols=True, file=sys.stderr)
 
-    by_key = {(t.student, t.assignment): t for t in todo}
+    by_key = {(t.student, t.assignment): t for t in tasks}
 
     def on_result(result: dict) -> None:
+        task = by_key.get((result["student"], result["assignment"]))
+        if task is not None:
+            result["timestamp"] = formgrader.submission_timestamp(task)
         results[(result["student"], result["assignment"])] = result
         save_state(root, result)
         feedback.write(root, result)
-        task = by_key.get((result["student"], result["assignment"]))
         if task is not None:
-            copy_for_formgrader(root, task, sources.get(task.assignment))
+            try:
+                formgrader.write_autograded(root, task, sources.get(task.assignment), result)
+            except Exception as error:  # noqa: BLE001 - the grade is saved; the copy is a convenience
+                print(f"warning: could not write the autograded notebook of "
+                      f"{task.student}/{task.assignment}: {error}", file=sys.stderr)
         if bar is not None:
             bar.set_postfix_str(f"{result['student']}/{result['assignment']} "
                                 f"{result.get('score', 0):g}/{result.get('max_score', 0):g}")
@@ -759,12 +720,25 @@ def run(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar.close()
     final = [results[(t.student, t.assignment)] for t in tasks if (t.student, t.assignment) in results]
-    csv_path = write_csv(root, final)
-    db_path = write_gradebook(root, course_id(root, source_dir), sources, final)
+    for r in final:          # results saved before autograded notebooks existed get one now
+        task = by_key.get((r["student"], r["assignment"]))
+        src = sources.get(r["assignment"])
+        if task is not None and src is not None and \
+                not (root / "autograded" / r["student"] / r["assignment"] / f"{src.notebook}.ipynb").exists():
+            try:
+                formgrader.write_autograded(root, task, src, r)
+            except Exception:  # noqa: BLE001
+                pass
+    csv_path = write_csv(root, final, csv_name(shard))
+    report_path = report.write(root / ("report.html" if shard is None else
+                                       f"report-{shard[0]}-of-{shard[1]}.html"), final,
+                               source_dir=source_dir)
+    write_gradebook(root, cid, sources, final, db_url)
     graded_now = len([t for t in todo if (t.student, t.assignment) in results])
     elapsed = time.monotonic() - started
     print(summary(final, graded_now, len(tasks_shown) - len(todo), elapsed))
-    print(f"wrote {csv_path}, {db_path} and {root / 'feedback'}/")
+    print(f"wrote {csv_path}, {report_path}, the gradebook {gradebook.redact(db_url)}, "
+          f"{root / 'autograded'}/ and {root / feedback.FOLDER}/")
     if interrupted:
         print("interrupted: run the same command again to grade the rest", file=sys.stderr)
         return 130

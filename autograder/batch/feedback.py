@@ -1,10 +1,15 @@
 """Per-student feedback files written by ``python -m autograder grade``.
 
-``ROOT/feedback/<student>/<assignment>/feedback.html`` (and ``feedback.md`` next to it):
+``ROOT/autograder-feedback/<student>/<assignment>/feedback.html`` (and ``feedback.md`` next
+to it):
 each question's verdict, points and the checker's message. The messages are the ones the
 in-notebook ``check()`` shows: shapes, the name of the failing input set ("batch 1,
 T=5, S=7"), the mistake recognised; never the hidden test tensors themselves. Everything
 that comes from the student's process (exception messages, names) is escaped.
+
+Not in ``ROOT/feedback/``: that folder is nbgrader's (``nbgrader generate_feedback`` writes
+``feedback/<student>/<assignment>/<notebook>.html`` there and skips a student whose folder
+already exists; ``release_feedback`` hands those pages out).
 """
 from __future__ import annotations
 
@@ -69,9 +74,16 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
+FOLDER = "autograder-feedback"
+
+
+def page_folder(root: Path, student: str, assignment: str) -> Path:
+    return Path(root) / FOLDER / student / assignment
+
+
 def write(root: Path, result: dict) -> Path:
-    """Write ROOT/feedback/<student>/<assignment>/feedback.{html,md}; returns the HTML path."""
-    folder = Path(root) / "feedback" / result["student"] / result["assignment"]
+    """Write ROOT/autograder-feedback/<student>/<assignment>/feedback.{html,md}; returns the HTML path."""
+    folder = page_folder(root, result["student"], result["assignment"])
     _atomic_write(folder / "feedback.md", render_markdown(result))
     path = folder / "feedback.html"
     _atomic_write(path, render_html(result))

@@ -15,11 +15,23 @@ ids taken from the source), so ``exercises/`` only changes when ``solutions/`` o
 ``_config.yml`` change. The gradebook that generation needs is a temporary file: nothing
 but ``exercises/<a>/<a>.ipynb`` is written.
 
-``autograde`` grades every submission under the configured submitted folder
-(``instructor/submitted/<student>/<assignment>/<assignment>.ipynb``): it records each
-assignment's cells in the gradebook (``instructor/gradebook.db``), runs
-``nbgrader autograde`` and exports the scores with ``nbgrader export``
+``autograde`` (``make autograde``) grades every submission under the configured submitted
+folder (``instructor/submitted/<student>/<assignment>/<assignment>.ipynb``) with the
+sandboxed grader (``python -m autograder grade instructor``: student code runs in the
+grading sandbox, never in this process) into nbgrader's gradebook
+(``instructor/gradebook.db``, or the configured ``db_url``), writes
+``instructor/autograded/`` for formgrader and ``generate_feedback``, the grader's own pages
+in ``instructor/autograder-feedback/``, ``instructor/grades.csv`` and
+``instructor/report.html``, then exports the gradebook with nbgrader's CSV exporter
 (``instructor/nbgrader_grades.csv``).
+
+``feedback`` (``make feedback``) runs ``nbgrader generate_feedback`` for every graded
+assignment: ``instructor/feedback/<student>/<assignment>/<assignment>.html``.
+
+``autograde-unsandboxed`` (``make autograde-unsandboxed``) is nbgrader's own
+``nbgrader autograde``: it executes every student notebook in a Jupyter kernel **with the
+instructor's rights and no sandbox** (a notebook can read the solutions, the gradebook and
+the other submissions, and rewrite them). Only for notebooks you trust.
 """
 from __future__ import annotations
 
@@ -227,18 +239,8 @@ def submissions(submitted: Path) -> dict[str, list[str]]:
     return found
 
 
-def autograde(root: Path, course: Path | None = None, csv: Path | None = None) -> Path | None:
-    """nbgrader autograde of every submission, then nbgrader export to CSV.
-
-    course: the folder that holds nbgrader's instructor-side folders (default: the
-    repository itself, i.e. the paths configured in nbgrader_config.py). The source
-    notebooks are always the repository's solutions/. Returns the CSV path (None when
-    there was nothing to grade).
-    """
-    from nbgrader.api import Gradebook
-    from nbgrader.converters import Autograde, GenerateAssignment
-    from nbgrader.plugins import CsvExportPlugin
-
+def _course_paths(root: Path, course: Path | None):
+    """(course folder, config, {submitted/autograded/feedback dirs}, db_url) from nbgrader_config.py."""
     course = Path(course).resolve() if course is not None else root
     base = load_config(root)
     cd = base.CourseDirectory
@@ -252,6 +254,83 @@ def autograde(root: Path, course: Path | None = None, csv: Path | None = None) -
     config = load_config(root, source_directory=str(root / cd.source_directory),
                          db_url=db_url, **paths)
     config.CourseDirectory.root = str(course)
+    return course, config, paths, db_url
+
+
+def autograde(root: Path, course: Path | None = None, csv: Path | None = None,
+              extra: list[str] | None = None) -> Path | None:
+    """The sandboxed grader on every submission into nbgrader's gradebook, then nbgrader's
+    CSV export. The grading root is the folder that holds the configured submitted/,
+    autograded/ and feedback/ folders (``instructor/``). Returns the CSV path (None when
+    there was nothing to grade)."""
+    from autograder.batch import gradebook
+    from autograder.batch import main as grade_main
+
+    course, config, paths, db_url = _course_paths(root, course)
+    gradebook.require_nbgrader(db_url)
+    submitted = Path(paths["submitted_directory"])
+    grading_root = submitted.parent
+    if not (Path(paths["autograded_directory"]).parent == grading_root
+            == Path(paths["feedback_directory"]).parent):
+        raise SystemExit("nbgrader_config.py: submitted_directory, autograded_directory and "
+                         "feedback_directory must be siblings (e.g. instructor/submitted, "
+                         "instructor/autograded, instructor/feedback) for the sandboxed grader")
+    if submitted.name != "submitted" or Path(paths["autograded_directory"]).name != "autograded":
+        raise SystemExit("nbgrader_config.py: the sandboxed grader expects the folders to be "
+                         "named submitted/ and autograded/ (under one grading root)")
+    todo = submissions(submitted)
+    if not todo:
+        print(f"nothing to grade: put submissions in "
+              f"{paths['submitted_directory']}/<student>/<assignment>/<assignment>.ipynb")
+        return None
+    cid = config.CourseDirectory.course_id
+    args = [str(grading_root), "--source", str(root / "solutions"), "--db-url", db_url,
+            "--course-id", cid, *(extra or [])]
+    code = grade_main(args)
+    if code != 0:
+        raise SystemExit(code)
+    csv = Path(csv) if csv is not None else grading_root / NBGRADER_CSV
+    gradebook.export_csv(db_url, cid, csv)
+    print(f"scores: {csv}")
+    return csv
+
+
+def feedback(root: Path, course: Path | None = None, force: bool = False) -> list[Path]:
+    """``nbgrader generate_feedback`` for every assignment with autograded notebooks."""
+    from nbgrader.converters import GenerateFeedback
+
+    course, config, paths, db_url = _course_paths(root, course)
+    autograded = Path(paths["autograded_directory"])
+    names = sorted({p.name for student in autograded.iterdir() if student.is_dir()
+                    for p in student.iterdir() if p.is_dir()}) if autograded.is_dir() else []
+    if not names:
+        print(f"nothing to do: no graded notebook in {autograded} (run `make autograde` first)")
+        return []
+    for assignment in names:
+        _run(GenerateFeedback, config, assignment, "*", force=force)
+    pages = sorted(Path(paths["feedback_directory"]).glob("*/*/*.html"))
+    print(f"{len(pages)} feedback page(s) in {paths['feedback_directory']}/<student>/<assignment>/")
+    return pages
+
+
+def autograde_unsandboxed(root: Path, course: Path | None = None, csv: Path | None = None) -> Path | None:
+    """nbgrader autograde of every submission, then nbgrader export to CSV. **Runs student
+    code unsandboxed, with the instructor's rights** (nbgrader executes each notebook in a
+    Jupyter kernel of this user).
+
+    course: the folder that holds nbgrader's instructor-side folders (default: the
+    repository itself, i.e. the paths configured in nbgrader_config.py). The source
+    notebooks are always the repository's solutions/. Returns the CSV path (None when
+    there was nothing to grade).
+    """
+    from nbgrader.api import Gradebook
+    from nbgrader.converters import Autograde, GenerateAssignment
+    from nbgrader.plugins import CsvExportPlugin
+
+    course, config, paths, db_url = _course_paths(root, course)
+    cd = config.CourseDirectory
+    print("warning: nbgrader autograde runs every student notebook unsandboxed, with your rights "
+          "(`make autograde` grades in the sandbox)", file=sys.stderr)
 
     todo = submissions(Path(paths["submitted_directory"]))
     known = set(assignments(root))
@@ -308,9 +387,18 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("assignment", nargs="*", help="only these assignments")
     head = sub.add_parser("headers", help="refresh the Colab badge and set-up cells from _config.yml")
     head.add_argument("--check", action="store_true", help="only report notebooks out of date (exit 1)")
-    grade = sub.add_parser("autograde", help="nbgrader autograde + export (make autograde)")
+    grade = sub.add_parser("autograde", help="sandboxed grader + nbgrader export (make autograde)")
     grade.add_argument("--course", help="folder holding instructor/ (default: the repository)")
     grade.add_argument("--csv", help=f"CSV destination (default: instructor/{NBGRADER_CSV})")
+    grade.add_argument("grade_args", nargs=argparse.REMAINDER,
+                       help="more options for `python -m autograder grade` after --, e.g. -- --jobs 4 --force")
+    unsafe = sub.add_parser("autograde-unsandboxed",
+                            help="nbgrader's in-kernel autograde: runs student code UNSANDBOXED with your rights")
+    unsafe.add_argument("--course", help="folder holding instructor/ (default: the repository)")
+    unsafe.add_argument("--csv", help=f"CSV destination (default: instructor/{NBGRADER_CSV})")
+    fb = sub.add_parser("feedback", help="nbgrader generate_feedback for every graded assignment (make feedback)")
+    fb.add_argument("--course", help="folder holding instructor/ (default: the repository)")
+    fb.add_argument("--force", action="store_true", help="regenerate existing pages")
     args = parser.parse_args(argv)
     root = find_root()
 
@@ -329,7 +417,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {path.relative_to(root) if path.is_relative_to(root) else path}")
         return 0
     if args.command == "autograde":
-        autograde(root, args.course, args.csv)
+        extra = [a for a in args.grade_args if a != "--"]
+        autograde(root, args.course, args.csv, extra)
+        return 0
+    if args.command == "autograde-unsandboxed":
+        autograde_unsandboxed(root, args.course, args.csv)
+        return 0
+    if args.command == "feedback":
+        feedback(root, args.course, args.force)
         return 0
     return 2
 

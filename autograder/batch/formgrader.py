@@ -1,0 +1,195 @@
+"""The files nbgrader's own tools read, written for each graded submission.
+
+``ROOT/autograded/<student>/<assignment>/<notebook>.ipynb`` is where ``nbgrader autograde``
+puts the executed notebook; ``nbgrader formgrader`` shows it and ``nbgrader
+generate_feedback`` turns it into ``ROOT/feedback/<student>/<assignment>/<notebook>.html``
+(with the scores and comments of the gradebook). The sandboxed grader never executes the
+notebook in the instructor's process, so the notebook written here is rebuilt from the
+submission, as data:
+
+* every cell's text as submitted (markdown and code), **no output of the student's**
+  (outputs are whatever the student saved, HTML and scripts included: they would run in the
+  instructor's browser in formgrader);
+* nbgrader metadata only where the source notebook has the same cell (``grade_id``), and
+  then the source's metadata (points, grade/solution/locked), so that a student cannot add
+  points, invent grade cells (``generate_feedback`` would fail on an unknown ``grade_id``)
+  or duplicate one;
+* each test cell's output is the grader's verdict for the questions it covers (the message
+  the student sees in the feedback); a test cell the student deleted is appended at the
+  end (its visible text, never its hidden tests) so that the feedback shows every score;
+* a notebook that could not be read (not JSON, missing) becomes a notebook with the reason
+  and the test cells, so that every graded submission has a feedback page.
+
+``timestamp.txt`` next to it is the submission's (``nbgrader collect`` writes one in
+``submitted/``), else the notebook file's modification time: ``generate_feedback``
+regenerates a student's page when it is newer than the page's.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+
+HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.DOTALL)
+_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def _text(source) -> str:
+    if isinstance(source, list):
+        return "".join(str(s) for s in source)
+    return source if isinstance(source, str) else ""
+
+
+def verdict_text(qids: list[str], result: dict) -> tuple[str, bool]:
+    """The grader's verdict on the questions of one test cell, and whether all passed."""
+    rows = {q["id"]: q for q in result.get("questions", [])}
+    lines, ok = [], True
+    for qid in qids:
+        q = rows.get(qid)
+        if q is None:
+            continue
+        ok = ok and bool(q.get("passed"))
+        head = f"[{qid}] {q.get('title', qid)}: {q['score']:g}/{q['max_score']:g}"
+        message = q.get("feedback") or q.get("reason") or ""
+        lines.append(head + (" - correct" if q.get("passed") else "") +
+                     ("" if q.get("passed") or not message else "\n" + message))
+    if not lines:
+        return "not graded automatically (no question of the autograder covers this cell)", False
+    return "\n".join(lines) + "\n", ok
+
+
+def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
+    """The autograded notebook (an nbformat NotebookNode) for one submission."""
+    import nbformat
+    from nbformat.v4 import (new_code_cell, new_markdown_cell, new_notebook, new_output,
+                             new_raw_cell)
+
+    trusted = {}
+    for cell in source.source_cells:
+        trusted[cell["name"]] = cell
+    grade_cells = {c.name: c for c in source.grade_cells}
+    solution = set(source.solution_cells)
+    cells_in = []
+    if raw is not None and not problem:
+        try:
+            nb = json.loads(raw)
+            cells_in = [c for c in nb.get("cells", []) if isinstance(c, dict)]
+        except (ValueError, AttributeError, UnicodeDecodeError) as error:
+            problem = f"the notebook could not be read ({error})"
+            cells_in = []
+    out = new_notebook()
+    out.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
+                    "language_info": {"name": "python"}}
+    if problem:
+        out.cells.append(new_markdown_cell(f"**Not graded normally:** {problem}"))
+    used_ids, seen_grade_ids = set(), set()
+
+    def fresh_id(wanted) -> str:
+        base = wanted if isinstance(wanted, str) and _ID.match(wanted) else "cell"
+        cid, n = base, 1
+        while cid in used_ids:
+            n += 1
+            cid = f"{base[:56]}-{n}"
+        used_ids.add(cid)
+        return cid
+
+    def metadata_for(name: str, kind: str) -> dict:
+        meta = {"grade": name in grade_cells, "grade_id": name,
+                "locked": bool(trusted.get(name, {}).get("locked")),
+                "schema_version": 3, "solution": name in solution, "task": False}
+        if name in grade_cells:
+            meta["points"] = grade_cells[name].points
+        return meta
+
+    def verdict_cell(name: str, text: str):
+        cell = new_code_cell(text, id=fresh_id(name.replace("_", "-")))
+        cell.metadata["nbgrader"] = metadata_for(name, "code")
+        return cell
+
+    def add_verdict(cell, name: str) -> None:
+        message, ok = verdict_text(grade_cells[name].qids, result)
+        cell.outputs = [new_output("stream", name="stdout" if ok else "stderr", text=message)]
+
+    for cell in cells_in:
+        kind = cell.get("cell_type")
+        text = _text(cell.get("source", ""))
+        meta = ((cell.get("metadata") or {}).get("nbgrader") or {}) if isinstance(cell.get("metadata"), dict) else {}
+        name = meta.get("grade_id") if isinstance(meta, dict) else None
+        known = isinstance(name, str) and name in trusted and name not in seen_grade_ids \
+            and trusted[name]["cell_type"] == kind
+        if known and name in grade_cells:
+            text = HIDDEN.sub("", text)       # never show the source's hidden tests
+        if kind == "code":
+            new = new_code_cell(text, id=fresh_id(cell.get("id")))
+        elif kind == "markdown":
+            new = new_markdown_cell(text, id=fresh_id(cell.get("id")))
+        elif kind == "raw":
+            new = new_raw_cell(text, id=fresh_id(cell.get("id")))
+        else:
+            continue
+        if known:
+            seen_grade_ids.add(name)
+            new.metadata["nbgrader"] = metadata_for(name, kind)
+            if kind == "code" and name in grade_cells:
+                add_verdict(new, name)
+        out.cells.append(new)
+    for name, cell in grade_cells.items():
+        if name in seen_grade_ids or cell.cell_type != "code":
+            continue
+        visible = HIDDEN.sub("", trusted.get(name, {}).get("source", "")).rstrip() + "\n"
+        note = "# (this test cell was missing from the submitted notebook)\n" if cells_in else ""
+        new = verdict_cell(name, note + visible)
+        add_verdict(new, name)
+        out.cells.append(new)
+    nbformat.validate(out)
+    return out
+
+
+def submission_timestamp(task) -> str:
+    """nbgrader's timestamp of a submission: submitted/.../timestamp.txt, else the file's mtime."""
+    folder = Path(task.folder)
+    stamp = folder / "timestamp.txt"
+    try:
+        text = stamp.read_text(encoding="utf-8").strip()
+        if text:
+            return text
+    except OSError:
+        pass
+    path = Path(task.notebook) if task.notebook else folder
+    try:
+        when = datetime.datetime.fromtimestamp(path.stat().st_mtime, tz=datetime.timezone.utc)
+    except OSError:
+        when = datetime.datetime.now(datetime.timezone.utc)
+    return when.strftime("%Y-%m-%d %H:%M:%S.%f %Z")
+
+
+def write_autograded(root: Path, task, source, result: dict) -> Path | None:
+    """Write ROOT/autograded/<student>/<assignment>/<notebook>.ipynb and timestamp.txt."""
+    import nbformat
+    if source is None:
+        return None
+    folder = Path(root) / "autograded" / task.student / task.assignment
+    raw, problem = None, ""
+    if task.notebook is None:
+        problem = result.get("reason") or "no notebook was submitted"
+    elif result.get("status") == "invalid":
+        problem = result.get("reason") or "the notebook could not be read"
+    else:
+        try:
+            raw = Path(task.notebook).read_bytes()
+        except OSError as error:
+            problem = f"the notebook could not be read ({error})"
+    nb = build_notebook(raw, source, result, problem)
+    if folder.exists():
+        shutil.rmtree(folder)       # a renamed notebook must not leave the old one behind
+    folder.mkdir(parents=True, exist_ok=True)
+    target = folder / f"{source.notebook}.ipynb"
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    nbformat.write(nb, str(tmp))
+    os.replace(tmp, target)
+    (folder / "timestamp.txt").write_text(result.get("timestamp") or submission_timestamp(task),
+                                          encoding="utf-8")
+    return target

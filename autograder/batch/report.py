@@ -1,0 +1,251 @@
+"""The class report: ``ROOT/report.html``, next to ``grades.csv``.
+
+What an instructor reads after grading, to decide what to re-teach next lecture:
+
+* per assignment, a plot of each question's score distribution (how many submissions got
+  each score), embedded as a PNG;
+* per question: submissions, mean score, full marks, and the **most frequent named
+  mistakes** (the catalogue entry the judge recognised: the result's ``mistake`` key, the
+  title the student saw as "Looks like a known mistake: <title>"), with how many
+  submissions made each; then the most frequent other reasons for a zero (an answer that
+  raised, a time limit, a blank answer...);
+* the **instructor flags**: per submission, the suspicious constructs the static scan found
+  in its source (``flags``; they never change a score), to look at by hand;
+* submissions not graded normally (status other than ``ok``).
+
+Everything that comes from a submission (student names, messages) is escaped.
+``python -m autograder report ROOT`` writes it again from the saved results.
+"""
+from __future__ import annotations
+
+import base64
+import collections
+import html
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+KNOWN = re.compile(r"Looks like a known mistake: (.+?)\.(?:\s|$)")
+TOP = 5
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 64rem; margin: 2rem auto; padding: 0 1rem;
+       color: #1b1b1b; line-height: 1.45; }
+table { border-collapse: collapse; width: 100%; margin: .5rem 0 1.5rem; }
+th, td { text-align: left; padding: .35rem .55rem; border-bottom: 1px solid #ddd; vertical-align: top; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+h2 { border-bottom: 2px solid #333; padding-bottom: .2rem; margin-top: 2.5rem; }
+.muted { color: #666; } img { max-width: 100%; }
+"""
+
+
+def mistake_titles() -> dict[tuple[str, str], str]:
+    """{(qid, mistake key): title} from the catalogue of known mistakes (grader side)."""
+    out = {}
+    try:
+        import autograder
+        from autograder.judging.catalogue import entry
+        for q in autograder.questions():
+            try:
+                for m in entry(q.id).catalogue:
+                    out[(q.id, m.key)] = m.title
+            except ValueError:
+                continue
+    except Exception:  # noqa: BLE001 - titles are a nicety; the feedback text has them too
+        pass
+    return out
+
+
+def named_mistake(row: dict, titles: dict) -> str | None:
+    """The known mistake a question row was recognised as, by title (None: none named)."""
+    key = row.get("mistake")
+    if key:
+        return titles.get((row.get("id"), key)) or str(key)
+    found = KNOWN.search(row.get("feedback") or row.get("reason") or "")
+    return found.group(1) if found else None
+
+
+def _reason_kind(row: dict) -> str:
+    text = " ".join(str(row.get("reason") or row.get("feedback") or "").split())
+    text = re.sub(r"^[^:]{0,80}: ", "", text, count=1)            # drop the question title
+    text = re.sub(r"\d+(\.\d+)?", "N", text)                     # numbers vary per student
+    return text[:140] or "(no reason recorded)"
+
+
+def summarise(results: list[dict]) -> dict:
+    """Per assignment and question: scores, counts of named mistakes and of other reasons."""
+    titles = mistake_titles()
+    out: dict = {}
+    for r in results:
+        a = out.setdefault(r["assignment"], {"submissions": 0, "totals": [], "max": 0.0,
+                                             "questions": {}})
+        a["submissions"] += 1
+        a["totals"].append(float(r.get("score", 0)))
+        a["max"] = max(a["max"], float(r.get("max_score", 0)))
+        for q in r.get("questions", []):
+            s = a["questions"].setdefault(q["id"], {
+                "title": q.get("title", q["id"]), "max": float(q["max_score"]), "scores": [],
+                "mistakes": collections.Counter(), "other": collections.Counter(),
+                "students": collections.defaultdict(list)})
+            s["scores"].append(float(q["score"]))
+            if q.get("passed"):
+                continue
+            name = named_mistake(q, titles)
+            if name:
+                s["mistakes"][name] += 1
+                s["students"][name].append(r["student"])
+            else:
+                s["other"][_reason_kind(q)] += 1
+    return out
+
+
+def _plot(assignment: str, questions: dict) -> str:
+    """The score distributions of an assignment's questions, as a base64 PNG."""
+    import matplotlib
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    n = len(questions)
+    cols = min(n, 3)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 2.8 * rows), squeeze=False)
+    for ax, (qid, s) in zip(axes.flat, questions.items()):
+        counts = collections.Counter(s["scores"])
+        xs = sorted(set(counts) | {0.0, s["max"]})
+        ax.bar([f"{x:g}" for x in xs], [counts.get(x, 0) for x in xs],
+               color=["#2e7d32" if x == s["max"] else "#c62828" if x == 0 else "#f9a825" for x in xs])
+        ax.set_title(f"{qid} ({s['max']:g} pt)", fontsize=10)
+        ax.set_xlabel("score")
+        ax.set_ylabel("submissions")
+        ax.yaxis.get_major_locator().set_params(integer=True)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    fig.suptitle(f"{assignment}: score per question", fontsize=11)
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=80)
+    plt.close(fig)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def baseline_flags(source_dir, assignments) -> dict[str, set]:
+    """{assignment: flags of the course's own source notebook}: the course's cells (the Colab
+    set-up cell reads sys.modules) are flagged in every submission that keeps them."""
+    out: dict[str, set] = {}
+    if source_dir is None:
+        return out
+    from pathlib import Path as _P
+    from autograder.judging.scan import suspicious
+    from autograder.student.cells import code_cells
+    for a in assignments:
+        path = _P(source_dir) / a / f"{a}.ipynb"
+        try:
+            cells, problem = code_cells(path.read_bytes())
+            out[a] = set(suspicious(cells)) if not problem else set()
+        except Exception:  # noqa: BLE001 - a baseline is a nicety
+            out[a] = set()
+    return out
+
+
+def render(results: list[dict], title: str = "Grading report", baseline: dict | None = None) -> str:
+    esc = html.escape
+    summary = summarise(results)
+    parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
+             f"<style>{STYLE}</style></head><body>\n<h1>{esc(title)}</h1>"]
+    students = len({r["student"] for r in results})
+    parts.append(f"<p>{len(results)} submission(s) of {students} student(s), "
+                 f"{len(summary)} assignment(s).</p>")
+    for assignment in sorted(summary):
+        a = summary[assignment]
+        mean = sum(a["totals"]) / len(a["totals"]) if a["totals"] else 0.0
+        full = sum(1 for t in a["totals"] if a["max"] and t == a["max"])
+        parts.append(f"<h2 id=\"{esc(assignment)}\">{esc(assignment)}</h2>"
+                     f"<p>{a['submissions']} submission(s); mean {mean:.2f} / {a['max']:g}; "
+                     f"{full} with full marks.</p>")
+        if not a["questions"]:
+            continue
+        parts.append(f"<img alt=\"score distribution per question of {esc(assignment)}\" "
+                     f"src=\"data:image/png;base64,{_plot(assignment, a['questions'])}\">")
+        parts.append("<table><thead><tr><th>question</th><th>mean</th><th>full marks</th>"
+                     "<th>zero</th><th>most frequent named mistakes</th>"
+                     "<th>other reasons for losing points</th></tr></thead><tbody>")
+        for qid, s in a["questions"].items():
+            n = len(s["scores"])
+            qmean = sum(s["scores"]) / n if n else 0.0
+            qfull = sum(1 for x in s["scores"] if x == s["max"])
+            zero = sum(1 for x in s["scores"] if x == 0)
+            mistakes = "".join(
+                f"<li><strong>{esc(name)}</strong>: {count} "
+                f"<span class=\"muted\">({esc(', '.join(sorted(s['students'][name])[:8]))}"
+                f"{', ...' if len(s['students'][name]) > 8 else ''})</span></li>"
+                for name, count in s["mistakes"].most_common(TOP)) or "<li class=\"muted\">none</li>"
+            other = "".join(f"<li>{count} &times; {esc(text)}</li>"
+                            for text, count in s["other"].most_common(3)) or \
+                "<li class=\"muted\">none</li>"
+            parts.append(f"<tr><td><code>{esc(qid)}</code><br>{esc(s['title'])}</td>"
+                         f"<td class=\"n\">{qmean:.2f}&nbsp;/&nbsp;{s['max']:g}</td>"
+                         f"<td class=\"n\">{qfull}/{n}</td><td class=\"n\">{zero}/{n}</td>"
+                         f"<td><ol>{mistakes}</ol></td><td><ul>{other}</ul></td></tr>")
+        parts.append("</tbody></table>")
+    baseline = baseline or {}
+
+    def own(r) -> list:
+        return [f for f in r.get("flags") or [] if f not in baseline.get(r["assignment"], set())]
+
+    flagged = [r for r in results if own(r)]
+    parts.append("<h2 id=\"flags\">Instructor flags</h2><p>Constructs in the source that could "
+                 "get around the checks (they never change a score: look at these notebooks by "
+                 "hand).</p>")
+    common = sorted({(a, f) for a, fs in baseline.items() for f in fs
+                     if any(f in (r.get("flags") or []) for r in results if r["assignment"] == a)})
+    if common:
+        parts.append("<p class=\"muted\">Not listed: flags the course's own notebook raises too "
+                     "(its set-up cells): " + "; ".join(f"{esc(a)}: {esc(f)}" for a, f in common) + ".</p>")
+    if flagged:
+        parts.append("<table><thead><tr><th>student</th><th>assignment</th><th>score</th>"
+                     "<th>flags</th></tr></thead><tbody>")
+        for r in sorted(flagged, key=lambda r: (r["assignment"], r["student"])):
+            flags = "".join(f"<li>{esc(str(f))}</li>" for f in own(r))
+            parts.append(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
+                         f"<td class=\"n\">{float(r.get('score', 0)):g}/{float(r.get('max_score', 0)):g}</td>"
+                         f"<td><ul>{flags}</ul></td></tr>")
+        parts.append("</tbody></table>")
+    else:
+        parts.append("<p class=\"muted\">No submission was flagged.</p>")
+    odd = [r for r in results if r.get("status") not in ("ok", None)]
+    parts.append("<h2 id=\"not-graded-normally\">Not graded normally</h2>")
+    if odd:
+        parts.append("<table><thead><tr><th>student</th><th>assignment</th><th>status</th>"
+                     "<th>reason</th></tr></thead><tbody>")
+        for r in sorted(odd, key=lambda r: (r["assignment"], r["student"])):
+            parts.append(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
+                         f"<td>{esc(str(r.get('status')))}</td><td>{esc(str(r.get('reason', ''))[:400])}</td></tr>")
+        parts.append("</tbody></table>")
+    else:
+        parts.append("<p class=\"muted\">Every submission ran normally.</p>")
+    parts.append("</body></html>\n")
+    return "\n".join(parts)
+
+
+def write(path: Path, results: list[dict], title: str = "Grading report",
+          source_dir=None) -> Path:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    baseline = baseline_flags(source_dir, sorted({r["assignment"] for r in results}))
+    tmp.write_text(render(results, title, baseline), encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def load_results(root: Path) -> list[dict]:
+    """Every saved result under ROOT/.autograder/results/ (all shards that share ROOT)."""
+    out = []
+    for path in sorted((Path(root) / ".autograder" / "results").glob("*/*.json")):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("questions"), list):
+            out.append(data)
+    return out

@@ -1,0 +1,335 @@
+"""Gradescope: the autograder zip of one assignment, and what runs inside Gradescope.
+
+    python -m autograder.instructor.gradescope build --assignment 03_attention [--out ZIP]
+    make gradescope ASSIGNMENT=03_attention          # dist/gradescope-03_attention.zip
+
+The zip (Gradescope's "Autograder Specifications": ``setup.sh`` and ``run_autograder`` at
+the root of the archive; Gradescope extracts it to ``/autograder/source`` and copies
+``run_autograder`` to ``/autograder/run_autograder``) holds:
+
+* ``setup.sh``: run once, as root, when Gradescope builds the image: installs Python,
+  bubblewrap and, in a virtual environment ``/opt/vitref-venv``, the libraries the checks
+  need (torch for the CPU, numpy, einops, tqdm). Not the course's packages: ``vitref`` and
+  ``autograder`` stay in ``/autograder/source`` (made readable by root only when grading), so
+  a student's code, which runs as another user, can import neither;
+* ``run_autograder``: grades ``/autograder/submission/*.ipynb`` and writes
+  ``/autograder/results/results.json``;
+* ``config.json``: the assignment (one zip per assignment), the limits, the visibility;
+* ``autograder/`` and ``vitref/``: the course's packages (the same checks as
+  ``python -m autograder grade``).
+
+What runs per submission (:func:`run`): the same as one task of ``python -m autograder
+grade``: the notebook runs in the grading sandbox, a fresh process that sends back plain
+arrays, and the grader judges them against ``vitref`` on inputs drawn for this run. The
+sandbox is the strongest this container allows, tried in order and checked by running a
+trivial notebook: bubblewrap, then the grader's own namespaces (both need user or mount
+namespaces, which Docker's default seccomp profile and capabilities usually refuse), then
+mode ``limits`` (what Gradescope's containers normally give): resource limits, a private
+working directory, and, since Gradescope runs the autograder as root, **an unprivileged
+uid** for the student's process. That uid cannot read ``/autograder/source`` (mode 0700:
+no reference code, no grader), cannot write ``/autograder/results``, cannot signal the
+grader. It does have the network, and can read world-readable system files. The mode
+used is in the results' ``extra_data`` and in the autograder's stdout (instructors only).
+
+``results.json`` (Gradescope's format): ``score``, ``execution_time`` (s), ``output`` (the
+submission's notes), ``stdout_visibility`` (``hidden``: the log is for instructors),
+``visibility``, ``extra_data`` (assignment, status, sandbox mode, instructor flags) and
+``tests``: one per question with ``name``, ``number``, ``score``, ``max_score``,
+``status``, ``output`` (the feedback message a student sees in the notebook's check) and
+``visibility``. A grader failure still writes a results.json (score 0, the reason).
+
+The paths are configurable, for testing outside Gradescope: ``AUTOGRADER_ROOT`` (default
+``/autograder``) for the whole tree, ``AUTOGRADER_PYTHON`` for the interpreter that
+``run_autograder`` uses (default ``/opt/vitref-venv/bin/python``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import stat
+import sys
+import time
+import traceback
+import zipfile
+from pathlib import Path
+
+VENV = "/opt/vitref-venv"
+DEFAULT_TIMEOUT = 120.0      # seconds for the one notebook (Gradescope machines are slow)
+DEFAULT_MEMORY_MB = 2048
+REQUIREMENTS = ["torch>=2.0", "numpy", "einops>=0.6", "tqdm>=4.60"]
+MODES = ("bwrap", "namespaces", "limits")
+
+SETUP_SH = f"""#!/usr/bin/env bash
+# Gradescope runs this once, as root, when it builds the autograder image.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq python3 python3-venv python3-pip bubblewrap >/dev/null
+python3 -m venv {VENV}
+{VENV}/bin/python -m pip install -q --upgrade pip
+# CPU-only torch (no CUDA libraries: a much smaller image)
+{VENV}/bin/python -m pip install -q --extra-index-url https://download.pytorch.org/whl/cpu \\
+    -r /autograder/source/requirements-gradescope.txt
+chmod -R a+rX {VENV}
+# the course's own packages are NOT installed: they stay in /autograder/source (root only)
+{VENV}/bin/python -c "import torch, numpy, einops; print('torch', torch.__version__)"
+"""
+
+RUN_AUTOGRADER = f"""#!/usr/bin/env bash
+# Gradescope runs this for each submission. AUTOGRADER_ROOT / AUTOGRADER_PYTHON: to run it
+# on a copy of the /autograder tree elsewhere (the tests do).
+set -uo pipefail
+ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
+PY="${{AUTOGRADER_PYTHON:-{VENV}/bin/python}}"
+export PYTHONPATH="$ROOT/source"
+cd "$ROOT" || exit 1
+exec "$PY" -m autograder.instructor.gradescope run --root "$ROOT"
+"""
+
+
+# ------------------------------------------------------------------------- build
+
+def _package_files(repo: Path, package: str) -> list[Path]:
+    folder = repo / package
+    return sorted(p for p in folder.rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def build(assignment: str, out: Path | None = None, repo: Path | None = None,
+          timeout: float = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB,
+          visibility: str = "visible") -> Path:
+    """Write the Gradescope autograder zip of ``assignment``; returns its path."""
+    import autograder
+    repo = Path(repo) if repo else Path(__file__).resolve().parents[2]
+    questions = autograder.questions(assignment)         # ValueError: unknown assignment
+    if visibility not in ("visible", "hidden", "after_due_date", "after_published"):
+        raise SystemExit(f"error: visibility must be visible, hidden, after_due_date or "
+                         f"after_published, got {visibility!r}")
+    out = Path(out) if out else repo / "dist" / f"gradescope-{assignment}.zip"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    config = {"assignment": assignment, "timeout": timeout, "memory_mb": memory_mb,
+              "visibility": visibility, "questions": [q.id for q in questions],
+              "points": sum(float(q.points) for q in questions)}
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+
+    def add(zf: zipfile.ZipFile, name: str, data: bytes, executable: bool = False) -> None:
+        info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))   # reproducible zip
+        info.compress_type = zipfile.ZIP_DEFLATED
+        info.external_attr = ((0o755 if executable else 0o644) | stat.S_IFREG) << 16
+        zf.writestr(info, data)
+
+    with zipfile.ZipFile(tmp, "w") as zf:
+        add(zf, "setup.sh", SETUP_SH.encode(), executable=True)
+        add(zf, "run_autograder", RUN_AUTOGRADER.encode(), executable=True)
+        add(zf, "config.json", (json.dumps(config, indent=1) + "\n").encode())
+        add(zf, "requirements-gradescope.txt", ("\n".join(REQUIREMENTS) + "\n").encode())
+        for package in ("autograder", "vitref"):
+            for path in _package_files(repo, package):
+                add(zf, str(path.relative_to(repo)), path.read_bytes())
+    os.replace(tmp, out)
+    return out
+
+
+# --------------------------------------------------------------------------- run
+
+def _find_notebook(submission: Path, assignment: str | None) -> tuple[Path | None, str]:
+    notebooks = sorted(p for p in submission.rglob("*.ipynb")
+                       if p.is_file() and ".ipynb_checkpoints" not in p.parts
+                       and not any(part.startswith(("__MACOSX", ".")) for part in p.relative_to(submission).parts))
+    if not notebooks:
+        return None, "no notebook (.ipynb) was submitted"
+    if assignment:
+        named = [p for p in notebooks if p.name == f"{assignment}.ipynb"]
+        if named:
+            note = "" if len(notebooks) == 1 else f"several notebooks submitted; graded {named[0].name}"
+            return named[0], note
+    if len(notebooks) == 1:
+        return notebooks[0], ""
+    return notebooks[0], (f"several notebooks submitted and none named {assignment}.ipynb; "
+                          f"graded {notebooks[0].name}")
+
+
+def detect_assignment(submission: Path) -> str | None:
+    """The assignment of a submission from its notebook's name (when the zip names none)."""
+    import autograder
+    chapters = sorted({q.chapter for q in autograder.questions()})
+    for path in sorted(submission.rglob("*.ipynb")):
+        for chapter in chapters:
+            if path.stem == chapter or path.stem.startswith(chapter):
+                return chapter
+    return None
+
+
+def _lock_down(root: Path) -> None:
+    """Only root may read the grader and the references; results are root's to write."""
+    if os.geteuid() != 0:
+        return
+    for name, mode in (("source", 0o700), ("results", 0o755)):
+        path = root / name
+        if path.is_dir():
+            os.chown(path, 0, 0)
+            os.chmod(path, mode)
+
+
+def pick_mode(hide: tuple[str, ...], log) -> str:
+    """The strongest sandbox mode that really works here (a trivial notebook runs in it);
+    RuntimeError when none does (the submission is then not graded, and says so: student
+    code never runs unsandboxed)."""
+    from autograder.hosts.sandbox import Limits, Zygote, mode
+    forced = os.environ.get("AUTOGRADER_SANDBOX")
+    first = mode()
+    candidates = [first] if forced else [m for m in MODES[MODES.index(first):]]
+    nb = json.dumps({"cells": [{"cell_type": "code", "source": "x = 1", "metadata": {},
+                                "outputs": [], "execution_count": None}],
+                     "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+    for candidate in candidates:
+        try:
+            with Zygote(slot=0, hide=hide, sandbox_mode=candidate, memory_mb=None) as z:
+                run = z.run(nb, [], Limits(timeout=30), name="probe.ipynb")
+            if run.status == "ok":
+                return candidate
+            log(f"sandbox mode {candidate!r} does not work here: {run.status} {run.reason} {run.output[-300:]}")
+        except Exception as error:  # noqa: BLE001 - try the next mode
+            log(f"sandbox mode {candidate!r} does not work here: {type(error).__name__}: {error}")
+    raise RuntimeError(f"no grading sandbox works in this container (tried {', '.join(candidates)}; "
+                       f"see the autograder's log)")
+
+
+def grade_one(root: Path, config: dict, log) -> dict:
+    """Grade the submission under ROOT/submission; returns Gradescope's results dict."""
+    import secrets
+
+    import autograder
+    from autograder.batch import RunInputs, Task, grade_task
+    from autograder.hosts.sandbox import Limits, Zygote
+    from autograder.questions import inputs as input_recipes
+
+    submission = root / "submission"
+    assignment = config.get("assignment") or detect_assignment(submission)
+    if not assignment:
+        raise ValueError("the autograder's config.json names no assignment and no submitted "
+                         "notebook is named after one")
+    qs = autograder.questions(assignment)
+    notebook, note = _find_notebook(submission, assignment)
+    limits = Limits(timeout=float(config.get("timeout", DEFAULT_TIMEOUT)),
+                    memory_mb=int(config.get("memory_mb", DEFAULT_MEMORY_MB)))
+    hide = (str(root / "source"), str(root / "results"), str(Path(autograder.__file__).parent.parent))
+    sandbox_mode = pick_mode(hide, log)
+    log(f"assignment {assignment}; notebook {notebook}; sandbox: {sandbox_mode}; "
+        f"limits {limits.timeout:g} s, {limits.memory_mb} MB; grader {autograder.__file__}")
+    task = Task("submission", assignment, str(submission), str(notebook) if notebook else None,
+                "", [q.id for q in qs], note)
+    inputs = RunInputs(secrets.randbits(63))
+    restore = input_recipes.using(inputs.source)      # the judges draw the same secret inputs
+    restore.__enter__()
+    try:
+        from autograder.batch import _preload
+        zygote = Zygote(slot=0, preload=tuple(_preload(None, [assignment])), hide=hide,
+                        sandbox_mode=sandbox_mode, memory_mb=None)
+        try:
+            zygote.start()
+            result = grade_task(task, zygote, limits, inputs)
+        finally:
+            zygote.close()
+    finally:
+        restore.__exit__(None, None, None)
+    result["sandbox"] = sandbox_mode
+    return result
+
+
+def to_gradescope(result: dict, config: dict, seconds: float) -> dict:
+    """Gradescope's results.json from a grading result."""
+    visibility = config.get("visibility", "visible")
+    tests = []
+    for i, q in enumerate(result.get("questions", []), 1):
+        tests.append({"name": f"{q['id']}: {q.get('title', q['id'])}", "number": str(i),
+                      "score": float(q["score"]), "max_score": float(q["max_score"]),
+                      "status": "passed" if q.get("passed") else "failed",
+                      "output": q.get("feedback") or q.get("reason") or "",
+                      "visibility": visibility})
+    score = sum(t["score"] for t in tests)
+    total = sum(t["max_score"] for t in tests)
+    lines = [f"{result.get('assignment')}: {score:g} / {total:g}"]
+    if result.get("reason"):
+        lines.append(f"Note: {result['reason']}")
+    return {"score": score, "execution_time": int(round(seconds)), "output": "\n".join(lines),
+            "visibility": visibility, "stdout_visibility": "hidden",
+            "extra_data": {"assignment": result.get("assignment"), "status": result.get("status"),
+                           "sandbox": result.get("sandbox"), "flags": result.get("flags", []),
+                           "notebook": result.get("notebook")},
+            "tests": tests}
+
+
+def _write_json(path: Path, data: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def run(root: Path) -> int:
+    started = time.monotonic()
+    root = Path(root)
+    results = root / "results" / "results.json"
+
+    def log(message: str) -> None:
+        print(message, flush=True)          # /autograder/results/stdout: instructors only
+
+    config: dict = {}
+    try:
+        config_path = root / "source" / "config.json"
+        if config_path.is_file():
+            config = json.loads(config_path.read_text(encoding="utf-8"))
+        (root / "results").mkdir(parents=True, exist_ok=True)
+        _lock_down(root)
+        result = grade_one(root, config, log)
+        data = to_gradescope(result, config, time.monotonic() - started)
+        if result.get("flags"):
+            log("instructor flags: " + "; ".join(map(str, result["flags"])))
+        log(f"score {data['score']:g}: " + ", ".join(f"{t['name'].split(':')[0]} {t['score']:g}/{t['max_score']:g}"
+                                                  for t in data["tests"]))
+    except Exception as error:  # noqa: BLE001 - Gradescope must get a results.json whatever happens
+        log(traceback.format_exc())
+        data = {"score": 0.0, "execution_time": int(round(time.monotonic() - started)),
+                "output": f"The autograder could not grade this submission ({type(error).__name__}: "
+                          f"{error}). Please tell your instructor.",
+                "visibility": config.get("visibility", "visible"), "stdout_visibility": "hidden",
+                "tests": []}
+    _write_json(results, data)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder.instructor.gradescope",
+                                     description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    b = sub.add_parser("build", help="write the autograder zip of one assignment")
+    b.add_argument("--assignment", required=True, help="e.g. 03_attention")
+    b.add_argument("--out", help="default: dist/gradescope-<assignment>.zip")
+    b.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
+                   help=f"seconds for the notebook (default {DEFAULT_TIMEOUT:g})")
+    b.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MB,
+                   help=f"MB for the notebook (default {DEFAULT_MEMORY_MB})")
+    b.add_argument("--visibility", default="visible",
+                   help="visible (default), hidden, after_due_date or after_published")
+    r = sub.add_parser("run", help="grade ROOT/submission into ROOT/results/results.json (in Gradescope)")
+    r.add_argument("--root", default=os.environ.get("AUTOGRADER_ROOT", "/autograder"))
+    args = parser.parse_args(argv)
+    if args.command == "build":
+        try:
+            path = build(args.assignment, Path(args.out) if args.out else None,
+                         timeout=args.timeout, memory_mb=args.memory, visibility=args.visibility)
+        except ValueError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+        print(f"wrote {path} ({len(names)} files, {path.stat().st_size >> 10} KiB): upload it in "
+              f"Gradescope's \"Configure Autograder\" page (Ubuntu base image, at least 2 GB of memory)")
+        return 0
+    return run(Path(args.root))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

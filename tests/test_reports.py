@@ -1,0 +1,111 @@
+"""ROOT/report.html after `python -m autograder grade`: per question the score distribution
+(a plot) and the most frequent named mistakes; the instructor flags; odd submissions."""
+from __future__ import annotations
+
+import base64
+import html
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+import grading_students as S
+
+A = "02_positional_encoding"
+SWAPPED = ("            P[k, 2 * i] = np.cos(k / denominator)\n"
+           "            P[k, 2 * i + 1] = np.sin(k / denominator)\n")
+
+
+def _swap(nb):
+    for cell in nb.cells:
+        if "P[k, 2 * i] = np.sin(k / denominator)" in cell.source:
+            cell.source = cell.source.replace(
+                "            P[k, 2 * i] = np.sin(k / denominator)\n"
+                "            P[k, 2 * i + 1] = np.cos(k / denominator)\n", SWAPPED)
+            return nb
+    raise AssertionError("the solution changed: no sin/cos line to swap")
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    root = tmp_path_factory.mktemp("class")
+    S.write(S.load(A), root, "honest1", A)
+    S.write(S.load(A), root, "honest2", A)
+    for student in ("swap1", "swap2", "swap3"):                   # the same named mistake x3
+        S.write(_swap(S.load(A)), root, student, A)
+    S.write(S.load(A, "exercises"), root, "blank", A)
+    # a flagged construct: the checker looked up by a computed attribute name
+    S.write(S.insert_cell(S.load(A), "import builtins\nname = 'pr' + 'int'\n"
+                          "getattr(builtins, name)('hello')"), root, "flagged", A)
+    (root / "submitted" / "broken" / A).mkdir(parents=True)
+    (root / "submitted" / "broken" / A / f"{A}.ipynb").write_text("{not json")
+    env = dict(os.environ, AUTOGRADER_GRADER_VERSION="report-test")
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(root), "--jobs", "2",
+                           "--no-progress", "--timeout", "20"], cwd=S.REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "report.html" in proc.stdout
+    return root, (root / "report.html").read_text()
+
+
+def _text(page: str) -> str:
+    page = re.sub(r"<img[^>]*>", "", page)
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
+    return re.sub(r" ([:;,.)])", r"\1", text)
+
+
+def test_most_frequent_named_mistake_with_its_count(graded):
+    root, page = graded
+    text = _text(page)
+    rows = S.read_csv(root)
+    assert all("sine and cosine swapped" in rows[(s, A, "q1")][2] for s in ("swap1", "swap2", "swap3"))
+    # the catalogue's title, counted once per submission that made it, with who made it
+    assert "sine and cosine swapped: 3 (swap1, swap2, swap3)" in text, text
+    # the blank answer is not a named mistake: it is among the other reasons
+    assert "NotImplementedError" in text
+
+
+def test_score_distribution_plot_is_an_embedded_png(graded):
+    _, page = graded
+    m = re.search(r'<img alt="score distribution per question of 02_positional_encoding" '
+                  r'src="data:image/png;base64,([A-Za-z0-9+/=]+)"', page)
+    assert m, "no embedded plot"
+    png = base64.b64decode(m.group(1))
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 2000
+    text = _text(page)
+    # 8 submissions: 3 with full marks (honest1, honest2, flagged), 5 with zero
+    assert "8 submission(s) of 8 student(s)" in text
+    assert re.search(r"q1 .*? 0\.75 / 2 3/8 5/8", text), text
+
+
+def test_flags_and_odd_submissions_sections(graded):
+    _, page = graded
+    flags = _text(page.split('id="flags"')[1].split('id="not-graded-normally"')[0])
+    assert "flagged 02_positional_encoding 2/2 getattr with a computed attribute name" in flags, flags
+    # the course's own set-up cell (flagged in every submission) is set apart, not listed per student
+    assert "honest1" not in flags and "swap1" not in flags, flags
+    assert "the course's own notebook raises too" in flags and "sys.modules" in flags
+    odd = _text(page.split('id="not-graded-normally"')[1])
+    assert "broken" in odd and "invalid" in odd and "honest1" not in odd
+
+
+def test_report_command_rewrites_it_from_saved_results(graded, tmp_path):
+    root, page = graded
+    out = tmp_path / "again.html"
+    proc = subprocess.run([sys.executable, "-m", "autograder", "report", str(root), "--out", str(out)],
+                          cwd=S.REPO, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert _text(out.read_text()) == _text(page)
+
+
+def test_names_from_a_student_are_escaped():
+    from autograder.batch import report
+    page = report.render([{"student": "<script>x</script>", "assignment": A, "score": 0, "max_score": 2,
+                           "status": "ok", "flags": ["<b>f</b>"],
+                           "questions": [{"id": "q1", "title": "Q1", "passed": False, "score": 0,
+                                          "max_score": 2, "mistake": None,
+                                          "feedback": "Looks like a known mistake: <i>x</i>. hint",
+                                          "reason": ""}]}])
+    assert "<script>" not in page and "&lt;script&gt;" in page and "<b>f</b>" not in page
