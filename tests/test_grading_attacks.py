@@ -169,7 +169,7 @@ if stolen is not None:
 import os
 root = {str(root)!r}
 for rel in ["grades.csv", "gradebook.db", ".autograder/results/vandal/{A}.json",
-            "feedback/vandal/{A}/feedback.html", "../grades.csv", "grades.csv"]:
+            "autograder-feedback/vandal/{A}/feedback.html", "../grades.csv", "grades.csv"]:
     for base in (root, ".", ".."):
         try:
             os.makedirs(os.path.dirname(os.path.join(base, rel)) or ".", exist_ok=True)
@@ -410,15 +410,15 @@ def test_attackers_could_not_write_outside_the_sandbox(batch):
     text = (root / "grades.csv").read_text()
     assert text.startswith("student,assignment,question,score,max_score,reason\n")
     assert "vandal,03_attention,softmax,1,1" not in text
-    assert not (root / "feedback" / "vandal" / A / "feedback.html").read_text().startswith("student,")
+    assert not (root / "autograder-feedback" / "vandal" / A / "feedback.html").read_text().startswith("student,")
     assert (root / "gradebook.db").read_bytes()[:16] == b"SQLite format 3\x00"
 
 
 def test_feedback_files(batch):
     root, _, _ = batch
-    page = (root / "feedback" / "crash" / A / "feedback.html").read_text()
+    page = (root / "autograder-feedback" / "crash" / A / "feedback.html").read_text()
     assert "attention_head" in page and "not passed" in page and "RuntimeError" in page
-    page = (root / "feedback" / "honest1" / A / "feedback.html").read_text()
+    page = (root / "autograder-feedback" / "honest1" / A / "feedback.html").read_text()
     assert page.count(">passed<") == 3
     # hidden test inputs of the notebook's test cells never appear in feedback
     assert "1e4" not in page and "perm" not in page

@@ -416,7 +416,12 @@ def suspicious(cells: list[str], check_call_names=("check", "grade")) -> list[st
             tree = ast.parse(cell)
         except SyntaxError:
             continue
+        # "name in sys.modules" only asks whether a module is loaded (the set-up cells do it)
+        membership = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare)
+                      and all(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) for c in n.comparators}
         for node in ast.walk(tree):
+            if id(node) in membership:
+                continue
             if isinstance(node, ast.Call):
                 name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
                 if name in ("getattr", "setattr", "delattr") and len(node.args) >= 2 and not (

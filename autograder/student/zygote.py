@@ -304,14 +304,14 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
     else:
         import tempfile
         _prctl(PR_SET_CHILD_SUBREAPER, 1)
-        workdir = os.path.join(tempfile.mkdtemp(prefix="autograder-run-"), "work")
+        parent = tempfile.mkdtemp(prefix="autograder-run-")
+        os.chmod(parent, 0o711)          # the student's uid must be able to reach its working folder
+        workdir = os.path.join(parent, "work")
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
             os.close(status_w)
-            if not isolated:
-                os.setpgid(0, 0)
             _student(req, notebook, payload_fn, result_w, output_w, workdir)
         except SystemExit as exc:   # the payload should not let this through; be safe
             code = exc.code if isinstance(exc.code, int) else 1
