@@ -20,6 +20,15 @@ from vitref.generation import (
 V = 13
 
 
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models: one thread (a second one only waits, and on a busy machine it waits long)."""
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)
+
+
 def random_lm(depth=2, dim=16, heads=2, max_len=40, std=0.3):
     """A DecoderOnlyLM with large random weights (float64), so every mistake shows in the logits."""
     model = DecoderOnlyLM(V, max_len, dim=dim, depth=depth, num_heads=heads).double()
