@@ -130,7 +130,12 @@ class CausalSelfAttention(nn.Module):
         allowed = torch.ones(T, L, dtype=torch.bool, device=x.device).tril(diagonal=past)   # (T, L)
         if key_mask is not None:
             allowed = allowed & key_mask[:, None, None, :]                     # (B, 1, T, L)
-        out, _ = scaled_dot_product_attention(q, k, v, mask=allowed)          # (B, h, T, d)
+        if key_mask is None and cache is None:
+            # a plain causal pass (training): no row is ever fully blocked, PyTorch's fused softmax is safe
+            scores = (q @ k.transpose(-2, -1)) * self.head_dim ** -0.5           # (B, h, T, L)
+            out = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v
+        else:
+            out, _ = scaled_dot_product_attention(q, k, v, mask=allowed)      # (B, h, T, d)
         return self.dropout(self.projection(rearrange(out, "b h t d -> b t (h d)")))   # (B, T, D)
 
 
