@@ -25,6 +25,7 @@ numbers each row's real tokens from 0.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 
@@ -338,6 +339,13 @@ class Generation:
     steps: int
 
 
+def _device(model) -> torch.device:
+    """Where the model's weights live (CPU for a model without any)."""
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        return tensor.device
+    return torch.device("cpu")
+
+
 def _check_length_budget(model, prompt_length: int, max_new_tokens: int) -> None:
     max_len = getattr(model, "max_len", None)
     if max_len is None:
@@ -367,7 +375,7 @@ def generate(model, prompts, max_new_tokens: int, *, eos_id: int | None = None, 
         raise ValueError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     tokens, mask = pad_batch(prompts, pad_id, side="left")                              # (B, P)
     _check_length_budget(model, tokens.shape[1], max_new_tokens)
-    device = next(iter(model.parameters()), next(iter(model.buffers()), torch.empty(0))).device
+    device = _device(model)
     tokens, mask = tokens.to(device), mask.to(device)
     finished = torch.zeros(tokens.shape[0], dtype=torch.bool, device=device)           # (B,)
     cache = model.new_cache() if use_cache else None
@@ -417,7 +425,7 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, *, eos_id: i
     if not prompt:
         raise ValueError("beam_search needs a prompt of at least one token")
     _check_length_budget(model, len(prompt), max_new_tokens)
-    device = next(iter(model.parameters()), next(iter(model.buffers()), torch.empty(0))).device
+    device = _device(model)
     seqs = torch.tensor([prompt], device=device)                                        # (beams, P)
     scores = torch.zeros(1, dtype=torch.float64, device=device)                         # (beams,)
     finished = torch.zeros(1, dtype=torch.bool, device=device)
