@@ -73,8 +73,10 @@ class ViTDecoder(nn.Module):
     Every output position starts as the same learned *mask token* plus its position
     embedding; decoder blocks cross-attend to the encoder output ``(B, S, context_dim)`` and
     a linear head turns each token into a patch: output ``(B, N, P*P*C)`` in
-    :func:`~vitref.patches.image_to_patches` order. ``causal=True`` decodes patch ``t`` from
-    patches ``< t`` only (autoregressive generation); ``False`` reconstructs all in parallel.
+    :func:`~vitref.patches.image_to_patches` order. ``causal=True`` masks the decoder's
+    self-attention so position ``t`` attends to positions ``<= t`` only; it still makes one
+    parallel pass over mask tokens (it is not autoregressive generation: no patch is fed back,
+    see chapter 8 and :mod:`vitref.generation`). ``False`` lets every position see every other.
     """
 
     def __init__(self, img_size: int = 32, patch_size: int = 4, dim: int = 128, num_heads: int = 4,
