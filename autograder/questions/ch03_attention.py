@@ -33,7 +33,7 @@ import numpy as np
 
 from . import inputs as I
 from .base import Case, Question, register
-from .common import call_with_mask
+from .common import KEY_BIAS, call_with_mask, case_mask, require_linear_biases
 
 # --------------------------------------------------------------------------- softmax
 
@@ -45,8 +45,10 @@ SOFTMAX_CASES = [
     Case("x (4, 3), dim=0", {"shape": (4, 3), "dim": 0, "seed": 34, "scale": 2.0}),
     Case("x (2, 5) with some -inf entries (masked logits)",
          {"shape": (2, 5), "dim": -1, "seed": 35, "scale": 2.0, "neg_inf": True}),
-    Case("float64 x (3, 2, 4), dim=-1 (the result must stay float64)",
-         {"shape": (3, 2, 4), "dim": -1, "seed": 36, "scale": 4.0, "dtype": "float64"}),
+    Case("x (3, 6) with a wide spread along dim (one value near 2000 per row)",
+         {"shape": (3, 6), "dim": -1, "seed": 36, "scale": 2.0, "spread": True}),
+    Case("float64 x (2, 3, 4) with values near +-800, dim=1 (the result must stay float64)",
+         {"shape": (2, 3, 4), "dim": 1, "seed": 37, "scale": 3.0, "large64": True, "dtype": "float64"}),
 ]
 
 
@@ -54,6 +56,11 @@ def _softmax_input(p):
     x = I.randn(p["shape"], p["seed"], p["scale"])
     if p.get("large"):
         x = x + np.array([[1000.0], [-1000.0]], dtype=np.float32)
+    if p.get("spread"):
+        x[:, 2] += 2000.0                 # exp(x - mean(x)) overflows; exp(x - max(x)) does not
+    if p.get("large64"):
+        x = x + np.array([800.0, -800.0], dtype=np.float32).reshape(2, 1, 1)   # exp(800) is inf in float64
+        x[0, 0, 0] += 750.0          # x - min(x) reaches 750 there (inf); x - mean(x) only about 500
     if p.get("neg_inf"):
         x[0, 1] = -np.inf
         x[1, 3] = -np.inf
@@ -102,26 +109,12 @@ ATTENTION_CASES = [
          {"q": (2, 4, 8), "k": (2, 6, 8), "v": (2, 6, 3), "mask": (2, 4, 6), "full_rows": [(0, 1), (1, 3)],
           "seed": 44},
          {2: "B", 4: "T", 6: "S", 8: "d_k", 3: "d_v"}),
-    Case("float64 q (2, 3, 4, 6), k (2, 3, 5, 6), v (2, 3, 5, 7) (heads), mask (2, 1, 4, 5) with a fully "
-         "masked row (the results must stay float64)",
+    Case("float64 q (2, 3, 4, 6), k (2, 3, 5, 6), v (2, 3, 5, 7) (heads), mask (2, 1, 4, 5) with a fully masked "
+         "row (the results must stay float64)",
          {"q": (2, 3, 4, 6), "k": (2, 3, 5, 6), "v": (2, 3, 5, 7), "mask": (2, 1, 4, 5), "full_rows": [(1, 0, 2)],
           "seed": 45, "dtype": "float64"},
          {2: "B", 3: "h", 4: "T", 5: "S", 6: "d_k", 7: "d_v"}),
 ]
-
-
-# A key's bias adds the same number to every score of a query: the softmax ignores it, so its
-# gradient is zero by design (up to rounding). Every other parameter must receive a gradient.
-NO_KEY_BIAS = ("!key.bias", "!keys.bias", "!k.bias", "!k_proj.bias", "!to_k.bias", "!w_k.bias", "!wk.bias")
-
-
-def case_mask(p) -> np.ndarray | None:
-    """The mask of a case (bool, True = allowed), or None: shared by the recipes and the diagnoses."""
-    if "causal" in p:
-        return np.tril(np.ones((p["causal"], p["causal"]), dtype=bool))
-    if "mask" in p:
-        return I.bernoulli_mask(p["mask"], p["seed"], full_rows=p.get("full_rows", ()))
-    return None
 
 
 def _run_attention(answer, case, rec):
@@ -129,7 +122,8 @@ def _run_attention(answer, case, rec):
     q = rec.tensor(I.randn(p["q"], p["seed"]), dtype=p.get("dtype"))
     k = rec.tensor(I.randn(p["k"], p["seed"] + 100), dtype=p.get("dtype"))
     v = rec.tensor(I.randn(p["v"], p["seed"] + 200), dtype=p.get("dtype"))
-    mask = None if case_mask(p) is None else rec.tensor(case_mask(p))
+    mask = case_mask(p)
+    mask = None if mask is None else rec.tensor(mask)
     result = call_with_mask(rec, answer, q, k, v, mask=mask, mask_name="positional")
     out, weights = rec.unpack(result, ("out", "weights"), "scaled_dot_product_attention")
     rec.output("out", out)
@@ -175,24 +169,27 @@ HEAD_CASES = [
     Case("AttentionHead(dim=8, head_dim=3), x (2, 5, 8), mask (2, 5, 5) with fully masked rows",
          {"dim": 8, "head_dim": 3, "x": (2, 5, 8), "mask": (2, 5, 5), "full_rows": [(0, 1), (1, 4)], "seed": 54},
          {2: "B", 5: "T", 8: "dim", 3: "head_dim"}),
-    Case("AttentionHead(dim=6, head_dim=4) in float64, x (2, 5, 6), mask (2, 5, 5), gradients of x and of "
-         "every parameter", {"dim": 6, "head_dim": 4, "x": (2, 5, 6), "mask": (2, 5, 5), "seed": 55,
-                              "dtype": "float64", "grads": True, "param_grads": NO_KEY_BIAS},
-         {2: "B", 5: "T", 6: "dim", 4: "head_dim"}),
+    Case("AttentionHead(dim=6, head_dim=4), float64 x (3, 5, 6), causal mask (5, 5), gradients of x and of "
+         "every parameter",
+         {"dim": 6, "head_dim": 4, "x": (3, 5, 6), "causal": 5, "seed": 55, "dtype": "float64", "grads": True,
+          "param_grads": KEY_BIAS},
+         {3: "B", 5: "T", 6: "dim", 4: "head_dim"}),
 ]
 
 
 def _run_head(answer, case, rec):
     p = case.params
     head = rec.build(answer, p["dim"], p["head_dim"], heads=1, dtype=p.get("dtype"))
+    require_linear_biases(head, "your AttentionHead")
     x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
-    mask = None if case_mask(p) is None else rec.tensor(case_mask(p))
+    mask = case_mask(p)
+    mask = None if mask is None else rec.tensor(mask)
     result = call_with_mask(rec, head, x, mask=mask, mask_name="positional")
     out, weights = rec.unpack(result, ("out", "weights"), "AttentionHead.forward")
     rec.output("out", out)
     rec.output("weights", weights)
     if p.get("grads"):
-        upstream = rec.tensor(I.randn(p["x"][:2] + (p["head_dim"],), p["seed"] + 7))   # (B, T, head_dim)
+        upstream = rec.tensor(I.randn((*p["x"][:2], p["head_dim"]), p["seed"] + 7))     # (B, T, head_dim)
         rec.grads(out, upstream, {"x": x}, head, params=bool(p.get("param_grads")))
 
 register(Question(

@@ -15,7 +15,7 @@ Skeleton of Q5 (the slides' MultiHeadAttention, blanks in the last lines)::
             queries, keys, values = qkv[0], qkv[1], qkv[2]     # each (B, h, N, d)
             energy = torch.einsum('bhqd, bhkd -> bhqk', queries, keys)
             if mask is not None:
-                energy = energy.masked_fill(mask == 0, -1e9)
+                energy = energy.masked_fill(mask == 0, float("-inf"))
             scaling = (self.emb_size // self.num_heads) ** 0.5
             att = F.softmax(energy / scaling, dim=-1)
             att = self.att_drop(att)
@@ -30,74 +30,85 @@ separate linear layers: the checker loads the same weights either way.
 """
 from __future__ import annotations
 
+
+
+import functools
+
 from . import inputs as I
 from .base import Case, Question, register
-from .ch03_attention import NO_KEY_BIAS, case_mask
-from .common import build_flexible, call_with_mask, first_if_tuple
+from .common import KEY_BIAS, build_flexible, call_with_mask, case_mask, first_if_tuple, require_linear_biases
+
+def _mha_case(label, **p):
+    """A case of q5 / mha_loop: E, h, x (B, N, E), seed; optional mask spec (``mask``, ``full_rows``,
+    ``causal``), ``dropout`` (p, with ``train`` and ``reseed``), ``dtype``, ``grads``/``param_grads``,
+    ``attention`` (return_attention=True)."""
+    b, n, e = p["x"]
+    dims = {b: "B", n: "N", e: "E"}
+    if p["h"] not in dims:
+        dims[p["h"]] = "h"
+    return Case(label, p, dims)
+
 
 MHA_CASES = [
-    Case("MultiHeadAttention(emb_size=8, num_heads=2), x (3, 5, 8)", {"E": 8, "h": 2, "x": (3, 5, 8), "seed": 61},
-         {3: "B", 5: "N", 8: "E"}),
-    Case("MultiHeadAttention(emb_size=12, num_heads=3), x (1, 4, 12)",
-         {"E": 12, "h": 3, "x": (1, 4, 12), "seed": 62}, {1: "B", 4: "N", 12: "E"}),
-    Case("MultiHeadAttention(emb_size=16, num_heads=4), x (2, 3, 16)",
-         {"E": 16, "h": 4, "x": (2, 3, 16), "seed": 63}, {2: "B", 3: "N", 16: "E"}),
-    Case("MultiHeadAttention(emb_size=8, num_heads=2), x (2, 5, 8), causal mask (5, 5)",
-         {"E": 8, "h": 2, "x": (2, 5, 8), "causal": 5, "seed": 64, "tests": "mask"}, {2: "B", 5: "N", 8: "E"}),
-    Case("MultiHeadAttention(emb_size=12, num_heads=3), x (2, 4, 12), mask (2, 1, 4, 4) with a fully masked row",
-         {"E": 12, "h": 3, "x": (2, 4, 12), "mask": (2, 1, 4, 4), "full_rows": [(1, 0, 2)], "seed": 65,
-          "tests": "mask"}, {2: "B", 4: "N", 12: "E"}),
-    Case("MultiHeadAttention(emb_size=8, num_heads=2, dropout=0.5) in float64 and eval mode, x (2, 3, 8) "
-         "(dropout must be off in eval mode)",
-         {"E": 8, "h": 2, "x": (2, 3, 8), "dropout": 0.5, "dtype": "float64", "seed": 66, "tests": "dropout_eval"},
-         {2: "B", 3: "N", 8: "E"}),
-    Case("MultiHeadAttention(emb_size=8, num_heads=4, dropout=1.0) in float64 and train mode, x (2, 3, 8) "
-         "(every attention weight dropped)",
-         {"E": 8, "h": 4, "x": (2, 3, 8), "dropout": 1.0, "train": True, "dtype": "float64", "seed": 67,
-          "tests": "dropout_all"},
-         {2: "B", 3: "N", 8: "E"}),
-    Case("MultiHeadAttention(emb_size=12, num_heads=2, dropout=0.5) in float64 and train mode, x (2, 4, 12), "
-         "torch.manual_seed(0) before the call (dropout on the attention weights)",
-         {"E": 12, "h": 2, "x": (2, 4, 12), "dropout": 0.5, "train": True, "dtype": "float64", "seed": 68,
-          "tests": "dropout_seeded"}, {2: "B", 4: "N", 12: "E"}),
-    Case("MultiHeadAttention(emb_size=8, num_heads=2) in float64, x (2, 3, 8), causal mask (3, 3), gradients of "
-         "x and of every parameter",
-         {"E": 8, "h": 2, "x": (2, 3, 8), "causal": 3, "dtype": "float64", "grads": True, "param_grads": NO_KEY_BIAS,
-          "seed": 69, "tests": "grads"}, {2: "B", 3: "N", 8: "E"}),
+    _mha_case("MultiHeadAttention(emb_size=8, num_heads=2), x (3, 5, 8)", E=8, h=2, x=(3, 5, 8), seed=61),
+    _mha_case("MultiHeadAttention(emb_size=12, num_heads=3), x (1, 4, 12)", E=12, h=3, x=(1, 4, 12), seed=62),
+    _mha_case("MultiHeadAttention(emb_size=16, num_heads=4), x (2, 3, 16)", E=16, h=4, x=(2, 3, 16), seed=63),
+    _mha_case("MultiHeadAttention(emb_size=8, num_heads=2), x (3, 5, 8), mask (5, 5) with a fully masked row",
+              E=8, h=2, x=(3, 5, 8), mask=(5, 5), full_rows=[(3,)], seed=64),
+    _mha_case("MultiHeadAttention(emb_size=12, num_heads=3), x (2, 4, 12), mask (2, 1, 4, 4) (one per example) "
+              "with a fully masked row", E=12, h=3, x=(2, 4, 12), mask=(2, 1, 4, 4), full_rows=[(1, 0, 0)],
+              seed=65),
+    _mha_case("MultiHeadAttention(emb_size=8, num_heads=2), float64 x (3, 4, 8), gradients of x and of every "
+              "parameter", E=8, h=2, x=(3, 4, 8), seed=66, dtype="float64", grads=True, param_grads=True),
+    _mha_case("MultiHeadAttention(emb_size=8, num_heads=2, dropout=0.5) in eval mode (model.eval(): no dropout), "
+              "x (3, 5, 8)", E=8, h=2, x=(3, 5, 8), seed=67, dropout=0.5, train=False, reseed=11),
+    _mha_case("MultiHeadAttention(emb_size=12, num_heads=3, dropout=1.0) in train mode (every attention weight "
+              "dropped), x (2, 4, 12)", E=12, h=3, x=(2, 4, 12), seed=68, dropout=1.0, train=True, reseed=5),
+    _mha_case("MultiHeadAttention(emb_size=8, num_heads=2, dropout=0.5) in train mode after "
+              "torch.manual_seed(1234), float64 x (3, 5, 8)", E=8, h=2, x=(3, 5, 8), seed=69, dropout=0.5,
+              train=True, reseed=1234, dtype="float64"),
 ]
 
 
-def _mask(rec, p):
-    """The case's mask: causal (N, N), or random with fully masked rows; None without one."""
+def _build_mha(rec, answer, p, **meta):
+    """MultiHeadAttention(emb_size, num_heads[, dropout]) with the exercise's names, else positionally."""
+    if "dropout" in p:
+        module = build_flexible(rec, answer, (p["E"], p["h"], p["dropout"]),
+                                {"emb_size": p["E"], "num_heads": p["h"], "dropout": p["dropout"]},
+                                train=bool(p.get("train")), dtype=p.get("dtype"), **meta)
+    else:
+        module = build_flexible(rec, answer, (p["E"], p["h"]), {"emb_size": p["E"], "num_heads": p["h"]},
+                                dtype=p.get("dtype"), **meta)
+    require_linear_biases(module, "the module")
+    return module
+
+
+def _forward_mha(rec, module, p, return_attention=False):
+    """Run the module on the case's x and mask; record out (and weights), gradients."""
+    x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
     mask = case_mask(p)
-    return None if mask is None else rec.tensor(mask)
-
-
-def _input(rec, p):
-    return rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
-
-
-def _backward(rec, p, module, x, out):
+    mask = None if mask is None else rec.tensor(mask)
+    if "reseed" in p:
+        rec.seed(p["reseed"])
+    fn = functools.partial(module, return_attention=True) if return_attention else module
+    result = call_with_mask(rec, fn, x, mask=mask, mask_name="positional")
+    rec.check_new_params(module)
+    if return_attention:
+        out, weights = rec.unpack(result, ("out", "weights"), f"{type(module).__name__}(x, mask, return_attention=True)")
+        rec.output("out", out)
+        rec.output("weights", weights)
+    else:
+        out = first_if_tuple(result)
+        rec.output("out", out)
     if p.get("grads"):
-        upstream = rec.tensor(I.randn(p["x"], p["seed"] + 7))                      # (B, N, E)
+        upstream = rec.tensor(I.randn(p["x"], p["seed"] + 7))                       # (B, N, E)
         rec.grads(out, upstream, {"x": x}, module, params=bool(p.get("param_grads")))
 
 
 def _run_mha(answer, case, rec):
     p = case.params
-    kwargs = {"emb_size": p["E"], "num_heads": p["h"]}
-    args = (p["E"], p["h"])
-    if "dropout" in p:
-        kwargs["dropout"], args = p["dropout"], args + (p["dropout"],)
-    module = build_flexible(rec, answer, args, kwargs, heads=p["h"], train=bool(p.get("train")),
-                            dtype=p.get("dtype"))
-    x = _input(rec, p)
-    if "dropout" in p:
-        rec.seed(0)                   # dropout masks drawn the same way on both sides (float64 inputs)
-    out = first_if_tuple(call_with_mask(rec, module, x, mask=_mask(rec, p), mask_name="mask"))
-    rec.check_new_params(module)
-    rec.output("out", out)
-    _backward(rec, p, module, x, out)
+    module = _build_mha(rec, answer, p, heads=p["h"])
+    _forward_mha(rec, module, p)
 
 register(Question(
     id="q5",
@@ -124,7 +135,7 @@ register(Question(
         queries, keys, values = qkv[0], qkv[1], qkv[2]             # each (B, h, N, d)
         energy = torch.einsum('bhqd, bhkd -> bhqk', queries, keys)  # (B, h, N, N)
         if mask is not None:
-            energy = energy.masked_fill(mask == 0, -1e9)
+            energy = energy.masked_fill(mask == 0, float("-inf"))
         scaling = (self.emb_size // self.num_heads) ** 0.5
         att = F.softmax(energy / scaling, dim=-1)
         att = self.att_drop(att)
@@ -140,42 +151,26 @@ register(Question(
 # --------------------------------------------------------------------------- loop of heads
 
 LOOP_CASES = [
-    Case("MultiHeadAttentionLoop(emb_size=8, num_heads=2), x (3, 5, 8)",
-         {"E": 8, "h": 2, "x": (3, 5, 8), "seed": 71}, {3: "B", 5: "N", 8: "E"}),
-    Case("MultiHeadAttentionLoop(emb_size=12, num_heads=3), x (1, 4, 12)",
-         {"E": 12, "h": 3, "x": (1, 4, 12), "seed": 72}, {1: "B", 4: "N", 12: "E"}),
-    Case("MultiHeadAttentionLoop(emb_size=12, num_heads=3), x (2, 5, 12), return_attention=True",
-         {"E": 12, "h": 3, "x": (2, 5, 12), "seed": 73, "return_attention": True, "tests": "weights"},
-         {2: "B", 3: "h", 5: "N", 12: "E"}),
-    Case("MultiHeadAttentionLoop(emb_size=8, num_heads=2) in float64, x (3, 4, 8), mask (3, 4, 4) with fully "
-         "masked rows, return_attention=True",
-         {"E": 8, "h": 2, "x": (3, 4, 8), "mask": (3, 4, 4), "full_rows": [(0, 3), (2, 1)], "seed": 74,
-          "dtype": "float64", "return_attention": True, "tests": "mask"}, {3: "B", 2: "h", 4: "N", 8: "E"}),
-    Case("MultiHeadAttentionLoop(emb_size=8, num_heads=4) in float64, x (2, 3, 8), causal mask (3, 3), "
-         "gradients of x and of every parameter",
-         {"E": 8, "h": 4, "x": (2, 3, 8), "causal": 3, "dtype": "float64", "grads": True, "param_grads": NO_KEY_BIAS,
-          "seed": 75, "tests": "grads"}, {2: "B", 3: "N", 8: "E"}),
+    _mha_case("MultiHeadAttentionLoop(emb_size=8, num_heads=2), x (3, 5, 8)", E=8, h=2, x=(3, 5, 8), seed=71),
+    _mha_case("MultiHeadAttentionLoop(emb_size=12, num_heads=3), x (1, 4, 12)", E=12, h=3, x=(1, 4, 12), seed=72),
+    _mha_case("MultiHeadAttentionLoop(emb_size=8, num_heads=2), x (3, 5, 8), mask (5, 5) with a fully masked row, "
+              "return_attention=True", E=8, h=2, x=(3, 5, 8), mask=(5, 5), full_rows=[(2,)], seed=73,
+              attention=True),
+    _mha_case("MultiHeadAttentionLoop(emb_size=12, num_heads=3), float64 x (2, 4, 12), mask (2, 4, 4) (one per "
+              "example) with a fully masked row, return_attention=True (out and weights must stay float64)",
+              E=12, h=3, x=(2, 4, 12), mask=(2, 4, 4), full_rows=[(1, 3)], seed=74, attention=True, dtype="float64"),
+    _mha_case("MultiHeadAttentionLoop(emb_size=16, num_heads=4), x (3, 2, 16), return_attention=True",
+              E=16, h=4, x=(3, 2, 16), seed=75, attention=True),
+    _mha_case("MultiHeadAttentionLoop(emb_size=12, num_heads=3), float64 x (2, 5, 12), causal mask (5, 5), "
+              "gradients of x and of every parameter", E=12, h=3, x=(2, 5, 12), causal=5, seed=76,
+              dtype="float64", grads=True, param_grads=KEY_BIAS),
 ]
 
 
 def _run_loop(answer, case, rec):
     p = case.params
-    module = build_flexible(rec, answer, (p["E"], p["h"]), {"emb_size": p["E"], "num_heads": p["h"]},
-                            heads=p["h"], head_width=p["E"], dtype=p.get("dtype"))
-    x = _input(rec, p)
-    mask = _mask(rec, p)
-    if p.get("return_attention"):
-        kwargs = {"return_attention": True} if mask is None else {"mask": mask, "return_attention": True}
-        result = rec.call(module, x, **kwargs)
-        out, weights = rec.unpack(result, ("out", "weights"),
-                                  "MultiHeadAttentionLoop.forward(x, mask, return_attention=True)")
-    else:
-        out, weights = first_if_tuple(call_with_mask(rec, module, x, mask=mask, mask_name="mask")), None
-    rec.check_new_params(module)
-    rec.output("out", out)
-    if weights is not None:
-        rec.output("weights", weights)
-    _backward(rec, p, module, x, out)
+    module = _build_mha(rec, answer, p, heads=p["h"], head_width=p["E"])
+    _forward_mha(rec, module, p, return_attention=bool(p.get("attention")))
 
 register(Question(
     id="mha_loop",
@@ -184,8 +179,8 @@ register(Question(
     points=2,
     answer_name="MultiHeadAttentionLoop",
     kind="class",
-    signature="MultiHeadAttentionLoop(emb_size, num_heads); forward(x (B, N, E), mask=None, "
-              "return_attention=False) -> out (B, N, E), or (out, weights (B, h, N, N))",
+    signature="MultiHeadAttentionLoop(emb_size, num_heads); forward(x (B, N, E), mask=None, return_attention=False) "
+              "-> out (B, N, E), or (out, weights (B, h, N, N))",
     cases=LOOP_CASES,
     run_case=_run_loop,
     forbidden=("attention",),

@@ -36,3 +36,39 @@ def build_flexible(rec, answer, args: tuple, kwargs: dict, **meta):
         if "unexpected keyword argument" not in str(error):
             raise
     return rec.build(answer, *args, **meta)
+
+
+def case_mask(p):
+    """The bool mask (True = allowed) a case's params describe, or None: ``causal`` (T),
+    or ``mask`` (a shape) with optional ``full_rows`` (entirely blocked rows). Shared by
+    the recipes and the grader's diagnoses, so both see the same mask."""
+    import numpy as np
+
+    from . import inputs as I
+
+    if "causal" in p:
+        return np.tril(np.ones((p["causal"], p["causal"]), dtype=bool))
+    if "mask" in p:
+        return I.bernoulli_mask(p["mask"], p["seed"], full_rows=p.get("full_rows", ()))
+    return None
+
+
+# The keys' bias adds q.b_k to every score of a query: the softmax cancels it, so its gradient is
+# zero by design (a right answer); the gradient checks leave it out (``param_grads`` exclusions).
+KEY_BIAS = ("!key.bias", "!keys.bias", "!k.bias", "!k_proj.bias", "!to_k.bias", "!w_k.bias", "!wk.bias",
+            "!k_linear.bias")
+
+
+def require_linear_biases(module, what: str):
+    """The exercise's layers are ``nn.Linear`` with a bias; ``bias=False`` builds another model
+    (raw ``nn.Parameter`` matrices are a different formulation and are left alone)."""
+    from torch import nn
+
+    missing = [name or "the module" for name, sub in module.named_modules()
+               if isinstance(sub, nn.Linear) and sub.bias is None]
+    if missing:
+        from ..student.probe import CaseFailure
+
+        raise CaseFailure(f"the linear layer{'s' if len(missing) > 1 else ''} {', '.join(missing)} of {what} "
+                          f"{'have' if len(missing) > 1 else 'has'} no bias (nn.Linear(..., bias=False)); the "
+                          f"exercise's layers are nn.Linear(in, out) with a bias: keep it")

@@ -1,8 +1,9 @@
-"""Answers to chapters 1-4 written the way students write them (not built from the catalogue).
+"""Answers to the questions of chapters 1-4 written the way students write them, right and wrong.
 
-``RIGHT[qid]``: other correct formulations, every one must pass.
-``WRONG[qid]``: (answer, expected) pairs; every one must fail, and ``expected`` names it: a
-catalogue key (``result.mistake``), or ``"words: ..."``, words the feedback must contain.
+``RIGHT[qid]``: other correct formulations (must pass). ``WRONG``: ``(qid, answer, expected)``
+where ``expected`` names the mistake: a catalogue key (``result.mistake``), or ``"~words"``:
+words the feedback must contain (a property the checker names without a catalogue entry).
+These are written by hand, independently of the catalogue's builders.
 """
 import math
 
@@ -13,9 +14,10 @@ from einops import rearrange
 from torch import nn
 
 from . import solutions as S
+from .variants import LoopRawHeads, LoopStack, MHAHeadMajorLayout, MHAPermute, MHASeparate
 
-RIGHT: dict = {}
-WRONG: dict = {}
+RIGHT = {}
+WRONG = []
 
 
 def right(qid):
@@ -27,43 +29,99 @@ def right(qid):
 
 def wrong(qid, expected):
     def register(obj):
-        WRONG.setdefault(qid, []).append((obj, expected))
+        WRONG.append((qid, obj, expected))
         return obj
     return register
 
 
-# =============================================================================== 01 patches
+# =============================================================================== patches
 @right("patches")
 def patches_view_permute(images, patch_size):
-    B, C, H, W = images.shape
+    b, c, h, w = images.shape
     p = patch_size
-    x = images.view(B, C, H // p, p, W // p, p).permute(0, 2, 4, 3, 5, 1)   # (B, h, w, s1, s2, C)
-    return x.reshape(B, -1, p * p * C)
+    x = images.view(b, c, h // p, p, w // p, p).permute(0, 2, 4, 3, 5, 1)     # b, h, w, s1, s2, c
+    return x.reshape(b, -1, p * p * c)
 
 
 @right("patches")
-def patches_unfold_functional(images, patch_size):
+def patches_f_unfold(images, patch_size):
+    b, c, h, w = images.shape
+    p = patch_size
+    cols = F.unfold(images, kernel_size=p, stride=p)                          # (B, C*P*P, N), (c s1 s2)
+    n = cols.shape[-1]
+    return cols.transpose(1, 2).reshape(b, n, c, p, p).permute(0, 1, 3, 4, 2).reshape(b, n, -1)
+
+
+@right("patches")
+def patches_named_sizes(images, patch_size):
     B, C, H, W = images.shape
-    cols = F.unfold(images, kernel_size=patch_size, stride=patch_size)      # (B, C*P*P, N), (c s1 s2)
-    cols = cols.view(B, C, patch_size * patch_size, -1)
-    return cols.permute(0, 3, 2, 1).reshape(B, cols.shape[-1], -1)
+    return rearrange(images, "b c (h p1) (w p2) -> b (h w) (p1 p2 c)", h=H // patch_size, w=W // patch_size,
+                     p1=patch_size, p2=patch_size)
+
+
+@right("patches")
+def patches_list_of_blocks(images, patch_size):
+    p = patch_size
+    blocks = [images[:, :, i:i + p, j:j + p].permute(0, 2, 3, 1).flatten(1)
+              for i in range(0, images.shape[2], p) for j in range(0, images.shape[3], p)]
+    return torch.stack(blocks, dim=1)
 
 
 @wrong("patches", "channels_first")
-def patches_f_unfold(images, patch_size):
+def patches_c_first(images, patch_size):
+    return rearrange(images, "b c (h p1) (w p2) -> b (h w) (c p1 p2)", p1=patch_size, p2=patch_size)
+
+
+@wrong("patches", "channels_first")
+def patches_unfold_raw(images, patch_size):
     return F.unfold(images, kernel_size=patch_size, stride=patch_size).transpose(1, 2)
 
 
-@wrong("patches", "channels_first")
-def patches_permute_channels_first(images, patch_size):
-    B, C, H, W = images.shape
-    p = patch_size
-    return images.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5).reshape(B, -1, C * p * p)
-
-
 @wrong("patches", "column_order")
-def patches_h_w_swapped(images, patch_size):
-    return rearrange(images, "b c (w s1) (h s2) -> b (h w) (s1 s2 c)", s1=patch_size, s2=patch_size)
+def patches_w_before_h(images, patch_size):
+    return rearrange(images, "b c (h s1) (w s2) -> b (w h) (s1 s2 c)", s1=patch_size, s2=patch_size)
+
+
+@wrong("patches", "transposed_patch")
+def patches_s2_s1(images, patch_size):
+    b, c, h, w = images.shape
+    p = patch_size
+    return images.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 5, 3, 1).reshape(b, -1, p * p * c)
+
+
+@wrong("patches", "reshape_only")
+def patches_just_reshape(images, patch_size):
+    b = images.shape[0]
+    return images.reshape(b, -1, patch_size * patch_size * images.shape[1])
+
+
+@wrong("patches", "channels_last_reshape")
+def patches_permute_then_reshape(images, patch_size):
+    b, c, h, w = images.shape
+    return images.permute(0, 2, 3, 1).reshape(b, -1, patch_size * patch_size * c)
+
+
+@wrong("patches", "grid_not_flattened")
+def patches_grid_kept(images, patch_size):
+    return rearrange(images, "b c (h s1) (w s2) -> b h w (s1 s2 c)", s1=patch_size, s2=patch_size)
+
+
+@wrong("patches", "grid_as_patch_size")
+def patches_h_is_p(images, patch_size):
+    return rearrange(images, "b c (h s1) (w s2) -> b (h w) (s1 s2 c)", h=patch_size, w=patch_size)
+
+
+@wrong("patches", "~although the inputs")
+def patches_into_zeros(images, patch_size):
+    b, c, h, w = images.shape
+    p = patch_size
+    out = torch.zeros(b, (h // p) * (w // p), p * p * c)
+    n = 0
+    for i in range(h // p):
+        for j in range(w // p):
+            out[:, n] = images[:, :, i * p:(i + 1) * p, j * p:(j + 1) * p].permute(0, 2, 3, 1).reshape(b, -1)
+            n += 1
+    return out
 
 
 @wrong("patches", "interleaved")
@@ -71,49 +129,28 @@ def patches_strided(images, patch_size):
     return rearrange(images, "b c (p1 h) (p2 w) -> b (h w) (p1 p2 c)", p1=patch_size, p2=patch_size)
 
 
-@wrong("patches", "transposed_patch")
-def patches_columns_inside(images, patch_size):
-    B, C, H, W = images.shape
-    p = patch_size
-    return images.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 5, 3, 1).reshape(B, -1, C * p * p)
-
-
-@wrong("patches", "reshape_only")
-def patches_plain_view(images, patch_size):
-    B, C, H, W = images.shape
-    return images.reshape(B, -1, patch_size * patch_size * C)
-
-
-@wrong("patches", "channels_last_reshape")
-def patches_channels_last_then_reshape(images, patch_size):
-    B, C, H, W = images.shape
-    return images.permute(0, 2, 3, 1).reshape(B, -1, patch_size * patch_size * C)
-
-
-@wrong("patches", "words: is float32 although the inputs")
-def patches_forced_float32(images, patch_size):
-    B, C, H, W = images.shape
-    out = torch.zeros(B, (H // patch_size) * (W // patch_size), patch_size * patch_size * C)
-    out[:] = rearrange(images, "b c (h s1) (w s2) -> b (h w) (s1 s2 c)", s1=patch_size, s2=patch_size)
-    return out
-
-
-# =============================================================================== 01 embedding
+# =============================================================================== embedding_lookup
 @right("embedding_lookup")
 def embed_eye(token_ids, weight):
     return torch.eye(weight.shape[0], dtype=weight.dtype)[token_ids] @ weight
 
 
 @right("embedding_lookup")
-def embed_scatter(token_ids, weight):
-    one_hot = torch.zeros(*token_ids.shape, weight.shape[0], dtype=weight.dtype)
-    one_hot.scatter_(-1, token_ids.unsqueeze(-1), 1.0)
+def embed_compare_arange(token_ids, weight):
+    one_hot = (token_ids.unsqueeze(-1) == torch.arange(weight.shape[0])).to(weight.dtype)
     return one_hot @ weight
 
 
 @right("embedding_lookup")
-def embed_einsum(token_ids, weight):
-    return torch.einsum("...v,vd->...d", F.one_hot(token_ids, weight.shape[0]).type_as(weight), weight)
+def embed_scatter(token_ids, weight):
+    one_hot = torch.zeros(*token_ids.shape, weight.shape[0], dtype=weight.dtype)
+    one_hot.scatter_(-1, token_ids.unsqueeze(-1), 1.0)
+    return torch.einsum("...v,vd->...d", one_hot, weight)
+
+
+@right("embedding_lookup")
+def embed_index_select(token_ids, weight):
+    return weight.index_select(0, token_ids.reshape(-1)).reshape(*token_ids.shape, weight.shape[1])
 
 
 @wrong("embedding_lookup", "one_hot_classes")
@@ -121,48 +158,42 @@ def embed_no_num_classes(token_ids, weight):
     return F.one_hot(token_ids).to(weight.dtype) @ weight
 
 
-@wrong("embedding_lookup", "words: mixes float32 and float64")
+@wrong("embedding_lookup", "off_by_one")
+def embed_minus_one(token_ids, weight):
+    return torch.eye(weight.shape[0], dtype=weight.dtype)[token_ids - 1] @ weight
+
+
+@wrong("embedding_lookup", "~works with float32 inputs but raises")
 def embed_float_one_hot(token_ids, weight):
     return F.one_hot(token_ids, weight.shape[0]).float() @ weight
 
 
-@wrong("embedding_lookup", "words: mixes float32 and float64")
-def embed_eye_default_dtype(token_ids, weight):
-    return torch.eye(weight.shape[0])[token_ids] @ weight
+@wrong("embedding_lookup", "~an integer tensor")
+def embed_long_one_hot(token_ids, weight):
+    return torch.matmul(F.one_hot(token_ids, num_classes=weight.shape[0]), weight)
 
 
-@wrong("embedding_lookup", "words: is float32 although the inputs")
-def embed_cast_everything(token_ids, weight):
-    return F.one_hot(token_ids, weight.shape[0]).float() @ weight.float()
+@wrong("embedding_lookup", "returns_one_hot")
+def embed_only_one_hot(token_ids, weight):
+    return F.one_hot(token_ids, num_classes=weight.shape[0]).to(weight.dtype)
 
 
-@wrong("embedding_lookup", "off_by_one")
-def embed_ids_from_one(token_ids, weight):
-    return F.one_hot(token_ids - 1, weight.shape[0]).to(weight.dtype) @ weight
+@wrong("embedding_lookup", "num_classes_d")
+def embed_d_classes(token_ids, weight):
+    return F.one_hot(token_ids, num_classes=weight.shape[1]).to(weight.dtype) @ weight
 
 
 @wrong("embedding_lookup", "transposed_weight")
 def embed_weight_t(token_ids, weight):
-    return F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight.T
+    return F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight.t()
 
 
-@wrong("embedding_lookup", "words: integer tensor")
-def embed_long_one_hot(token_ids, weight):
-    return F.one_hot(token_ids, weight.shape[0]) @ weight
+@wrong("embedding_lookup", "~although the inputs")
+def embed_result_float(token_ids, weight):
+    return (F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight).float()
 
 
-# =============================================================================== 02 q1
-@right("q1")
-def pe_cos_as_shifted_sin(seq_len, d, n=10000):
-    P = np.zeros((seq_len, d))
-    for k in range(seq_len):
-        for i in np.arange(int(d / 2)):
-            angle = k / n ** (2 * i / d)
-            P[k, 2 * i] = np.sin(angle)
-            P[k, 2 * i + 1] = np.sin(angle + np.pi / 2)
-    return P
-
-
+# =============================================================================== q1
 @right("q1")
 def pe_exp_log(seq_len, d, n=10000):
     P = np.zeros((seq_len, d))
@@ -174,69 +205,99 @@ def pe_exp_log(seq_len, d, n=10000):
     return P
 
 
-def _pe(angle, first=np.sin, second=np.cos, start=0):
+@right("q1")
+def pe_outer(seq_len, d, n=10000):
+    angles = np.outer(np.arange(seq_len), 1.0 / n ** (np.arange(0, d, 2) / d))
+    return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(seq_len, d)
+
+
+@right("q1")
+def pe_torch_float64(seq_len, d, n=10000):
+    k = torch.arange(seq_len, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d, 2, dtype=torch.float64)
+    P = torch.zeros(seq_len, d, dtype=torch.float64)
+    P[:, 0::2] = torch.sin(k / n ** (two_i / d))
+    P[:, 1::2] = torch.cos(k / n ** (two_i / d))
+    return P
+
+
+def _pe_loops(angle, sin_col=lambda i: 2 * i, cos_col=lambda i: 2 * i + 1, first=np.sin, second=np.cos,
+              start=0):
     def getPositionEncoding(seq_len, d, n=10000):
         P = np.zeros((seq_len, d))
-        for k in range(seq_len):
-            for i in np.arange(int(d / 2)):
-                a = angle(k + start, i, d, n)
-                P[k, 2 * i] = first(a)
-                P[k, 2 * i + 1] = second(a)
+        for k in range(start, seq_len + start):
+            for i in range(d // 2):
+                P[k - start, sin_col(i)] = first(angle(k, i, d, n, seq_len))
+                P[k - start, cos_col(i)] = second(angle(k, i, d, n, seq_len))
         return P
     return getPositionEncoding
 
 
-WRONG["q1"] = [
-    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), np.cos, np.sin), "sin_cos_swapped"),
-    (_pe(lambda k, i, d, n: k / n ** (i / d)), "exponent_i_over_d"),
-    (_pe(lambda k, i, d, n: k / 10000 ** (2 * i / d)), "n_hardcoded"),
-    (_pe(lambda k, i, d, n: k / n ** 2 * i / d), "precedence"),
-    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), start=1), "positions_from_one"),
-    (_pe(lambda k, i, d, n: k * n ** (2 * i / d)), "multiplied"),
-    (_pe(lambda k, i, d, n: k / n ** (2 * i // d)), "integer_division"),
-    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), np.sin, np.sin), "sin_only"),
-    # not catalogued: the property is named by the diagnosis
-    (_pe(lambda k, i, d, n: k / n ** (2 * (i + 1) / d)), "words: the first pair"),
-    (_pe(lambda k, i, d, n: k / 100 ** (2 * i / d)), "words: the frequencies"),
-    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), np.sin, lambda a: np.cos(a) ** 2),
-     "words: sine and cosine of one angle"),
+WRONG += [
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i / d), first=np.cos, second=np.sin), "sin_cos_swapped"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i / d), start=1), "positions_from_one"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / 100 ** (2 * i / d)), "n_hardcoded_100"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / 10000 ** (2 * i / d)), "n_hardcoded"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (i / d)), "exponent_i_over_d"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i / d), cos_col=lambda i: i + 1, sin_col=lambda i: i),
+     "index_i"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** 2 * i / d), "precedence_position"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i / L)), "exponent_seq_len"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i // d)), "integer_division"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k * n ** (2 * i / d)), "multiplied"),
 ]
 
 
-@wrong("q1", "words: positions start at 0")
-def pe_shifted_rows(seq_len, d, n=10000):
+@wrong("q1", "halves")
+def pe_halves(seq_len, d, n=10000):
+    angles = np.arange(seq_len)[:, None] / n ** (2 * np.arange(d // 2) / d)
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+
+@wrong("q1", "exponent_doubled_twice")
+def pe_arange_step_two(seq_len, d, n=10000):
+    i = np.arange(0, d, 2)                    # already 2i
+    angles = np.arange(seq_len)[:, None] / n ** (2 * i / d)
     P = np.zeros((seq_len, d))
-    for k in range(1, seq_len + 1):
-        for i in np.arange(int(d / 2)):
-            denominator = np.power(n, 2 * i / d)
-            P[k - 1, 2 * i] = np.sin((k + 1) / denominator)
-            P[k - 1, 2 * i + 1] = np.cos((k + 1) / denominator)
+    P[:, 0::2], P[:, 1::2] = np.sin(angles), np.cos(angles)
     return P
 
 
-# =============================================================================== 03 softmax
+@wrong("q1", "sin_before_division")
+def pe_sin_k(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d / 2)):
+            denominator = np.power(n, 2 * i / d)
+            P[k, 2 * i] = np.sin(k) / denominator
+            P[k, 2 * i + 1] = np.cos(k) / denominator
+    return P
+
+
+# =============================================================================== softmax
 @right("softmax")
 def softmax_max_values(x, dim=-1):
-    e = torch.exp(x - x.max(dim=dim, keepdim=True).values)
+    e = (x - x.max(dim=dim, keepdim=True).values).exp()
     return e / e.sum(dim=dim, keepdim=True)
 
 
 @right("softmax")
-def softmax_inplace_div(x, dim=-1):
-    e = (x - torch.amax(x, dim, keepdim=True)).exp()
-    e /= torch.sum(e, dim, keepdim=True)
-    return e
+def softmax_max_index0(x, dim=-1):
+    m = torch.max(x, dim, keepdim=True)[0]
+    num = torch.exp(x - m)
+    return num / torch.sum(num, dim, keepdim=True)
+
+
+@right("softmax")
+def softmax_movedim(x, dim=-1):
+    y = x.movedim(dim, -1)
+    e = torch.exp(y - y.amax(-1, keepdim=True))
+    return (e / e.sum(-1, keepdim=True)).movedim(-1, dim)
 
 
 @wrong("softmax", "no_max_subtraction")
 def softmax_naive(x, dim=-1):
-    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)
-
-
-@wrong("softmax", "ignores_dim")
-def softmax_last_axis(x, dim=-1):
-    e = torch.exp(x - x.max(dim=-1, keepdim=True).values)
-    return e / e.sum(dim=-1, keepdim=True)
+    return torch.exp(x) / torch.sum(torch.exp(x), dim=dim, keepdim=True)
 
 
 @wrong("softmax", "global_max")
@@ -245,10 +306,10 @@ def softmax_global_max(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
-@wrong("softmax", "no_keepdim")
-def softmax_sum_no_keepdim(x, dim=-1):
-    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
-    return e / e.sum(dim=dim)
+@wrong("softmax", "mean_subtraction")
+def softmax_mean(x, dim=-1):
+    e = torch.exp(x - x.mean(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
 
 
 @wrong("softmax", "max_namedtuple")
@@ -257,28 +318,39 @@ def softmax_max_tuple(x, dim=-1):
     return e / e.sum(dim=dim, keepdim=True)
 
 
-@wrong("softmax", "words: is float32 although the inputs")
+@wrong("softmax", "ignores_dim")
+def softmax_last_axis(x, dim=-1):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+@wrong("softmax", "sum_over_last_axis")
+def softmax_sum_last(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+@wrong("softmax", "~although the inputs")
 def softmax_float(x, dim=-1):
     x = x.float()
     e = torch.exp(x - x.amax(dim=dim, keepdim=True))
     return e / e.sum(dim=dim, keepdim=True)
 
 
-@wrong("softmax", "words: do not sum to 1")
-def softmax_sum_wrong_axis(x, dim=-1):
-    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
-    return e / e.sum(dim=0, keepdim=True)
+@wrong("softmax", "unshifted_denominator")
+def softmax_mixed(x, dim=-1):
+    return torch.exp(x - x.amax(dim, keepdim=True)) / torch.exp(x).sum(dim, keepdim=True)
 
 
-@wrong("softmax", "words: a -inf entry gives NaN")
-def softmax_min_shift(x, dim=-1):
-    e = torch.exp(x - x.amin(dim=dim, keepdim=True))
-    return e / e.sum(dim=dim, keepdim=True)
+@wrong("softmax", "no_keepdim")
+def softmax_no_keepdim(x, dim=-1):
+    e = torch.exp(x - x.max(dim)[0])
+    return e / e.sum(dim)
 
 
-# =============================================================================== 03 attention
+# =============================================================================== attention
 @right("attention")
-def attention_mT_einsum(q, k, v, mask=None):
+def attention_einsum(q, k, v, mask=None):
     scores = torch.einsum("...td,...sd->...ts", q, k) * q.shape[-1] ** -0.5
     if mask is not None:
         scores = scores.masked_fill(~mask.bool(), -1e9)
@@ -287,289 +359,281 @@ def attention_mT_einsum(q, k, v, mask=None):
 
 
 @right("attention")
-def attention_matmul_sqrt_tensor(q, k, v, mask=None):
-    d_k = torch.tensor(q.shape[-1], dtype=q.dtype)
-    scores = torch.matmul(q, k.mT) / torch.sqrt(d_k)
+def attention_where_fill(q, k, v, mask=None):
+    scores = torch.matmul(q, k.mT) / torch.sqrt(torch.tensor(q.shape[-1], dtype=q.dtype))
     if mask is not None:
-        scores = torch.where(mask == 0, torch.full_like(scores, -1e9), scores)
+        scores = torch.where(mask == 1, scores, torch.full_like(scores, -1e9))
+    weights = torch.exp(scores - scores.amax(-1, keepdim=True))
+    weights = weights / weights.sum(-1, keepdim=True)
+    return weights @ v, weights
+
+
+@right("attention")
+def attention_inf_then_zero_rows(q, k, v, mask=None):
+    scores = q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
     weights = torch.softmax(scores, dim=-1)
-    return torch.matmul(weights, v), weights
+    if mask is not None:
+        weights = weights.masked_fill(torch.isnan(weights), 0.0)
+    return weights @ v, weights
 
 
-def _attention(scale=True, mask_mode="fill", fill=-1e9, dim=-1, transpose=(-2, -1), dtype_fixed=False):
-    def scaled_dot_product_attention(q, k, v, mask=None):
-        scores = q @ k.transpose(*transpose)
-        if scale:
-            scores = scores / math.sqrt(q.shape[-1])
-        if mask is not None and mask_mode == "fill":
-            scores = scores.masked_fill(mask == 0, fill)
-        elif mask is not None and mask_mode == "bool_direct":
-            scores = scores.masked_fill(mask.bool(), fill)
-        elif mask is not None and mask_mode == "multiply":
-            scores = scores * mask
-        weights = torch.softmax(scores, dim=dim)
-        if mask is not None and mask_mode == "after":
-            weights = weights * mask
-        if dtype_fixed:
-            weights = weights.to(torch.float32)
-            v = v.to(torch.float32)
-        return weights @ v, weights
-    return scaled_dot_product_attention
+def _scores(q, k):
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
-WRONG["attention"] = [
-    (_attention(scale=False), "no_scaling"),
-    (_attention(fill=float("-inf")), "nan_fully_masked"),
-    (_attention(mask_mode="bool_direct"), "mask_inverted"),
-    (_attention(mask_mode="multiply"), "fill_zero"),
-    (_attention(mask_mode="after"), "mask_after_softmax"),
-    (_attention(mask_mode=None), "mask_ignored"),
-    (_attention(dim=-2), "softmax_over_queries"),
-    (_attention(transpose=(1, 2)), "transpose_1_2"),
-    (_attention(dtype_fixed=True), "words: is float32 although the inputs"),
-]
+@wrong("attention", "no_scaling")
+def attention_unscaled(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = S.softmax(scores)
+    return weights @ v, weights
 
 
 @wrong("attention", "scale_by_dk")
-def attention_divided_by_dk(q, k, v, mask=None):
-    d_k = k.size(-1)
-    scores = torch.matmul(q, k.transpose(-2, -1)) / d_k
+def attention_by_dk(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / q.shape[-1]
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
-    p_attn = scores.softmax(dim=-1)
-    return torch.matmul(p_attn, v), p_attn
-
-
-@wrong("attention", "words: not zero where the mask blocks")
-def attention_small_fill(q, k, v, mask=None):
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-    if mask is not None:
-        scores = scores.masked_fill(mask == 0, -1.0)
-    weights = scores.softmax(-1)
+    weights = S.softmax(scores)
     return weights @ v, weights
 
 
-# =============================================================================== 03 attention head
-@right("attention_head")
-class HeadNoHelper(nn.Module):
-    def __init__(self, dim, head_dim):
-        super().__init__()
-        self.query = nn.Linear(dim, head_dim)
-        self.key = nn.Linear(dim, head_dim)
-        self.value = nn.Linear(dim, head_dim)
-        self.scale = head_dim ** -0.5
-
-    def forward(self, x, mask=None):
-        q, k, v = self.query(x), self.key(x), self.value(x)
-        scores = torch.bmm(q, k.transpose(1, 2)) * self.scale
-        if mask is not None:
-            scores = scores.masked_fill(mask == 0, float("-inf"))
-        weights = torch.softmax(scores, dim=-1)
-        if mask is not None:
-            weights = torch.nan_to_num(weights, nan=0.0)                  # fully masked rows: zeros
-        return torch.bmm(weights, v), weights
-
-
-@right("attention_head")
-class HeadFunctionalLinear(nn.Module):
-    def __init__(self, dim, head_dim):
-        super().__init__()
-        self.query = nn.Linear(dim, head_dim)
-        self.key = nn.Linear(dim, head_dim)
-        self.value = nn.Linear(dim, head_dim)
-
-    def forward(self, x, mask=None):
-        q = F.linear(x, self.query.weight, self.query.bias)
-        k = F.linear(x, self.key.weight, self.key.bias)
-        v = F.linear(x, self.value.weight, self.value.bias)
-        return S.scaled_dot_product_attention(q, k, v, mask)
-
-
-def _head_class(forward):
-    class AttentionHead(nn.Module):
-        def __init__(self, dim, head_dim):
-            super().__init__()
-            self.query = nn.Linear(dim, head_dim)
-            self.key = nn.Linear(dim, head_dim)
-            self.value = nn.Linear(dim, head_dim)
-            self.dim = dim
-
-        def forward(self, x, mask=None):
-            return forward(self, x, mask)
-    AttentionHead.__name__ = forward.__name__
-    return AttentionHead
-
-
-def _att(q, k, v, mask, scale, fill=-1e9, dim=-1, use_mask=True):
-    scores = q @ k.transpose(-2, -1) / scale
-    if mask is not None and use_mask:
-        scores = scores.masked_fill(mask == 0, fill)
-    weights = torch.softmax(scores, dim=dim)
+@wrong("attention", "softmax_over_queries")
+def attention_softmax_dim2(q, k, v, mask=None):
+    scores = _scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = S.softmax(scores, dim=-2)
     return weights @ v, weights
 
 
-def head_scaled_by_dim(self, x, mask=None):
-    return _att(self.query(x), self.key(x), self.value(x), mask, math.sqrt(self.dim))
-
-
-def head_mask_dropped(self, x, mask=None):
-    return _att(self.query(x), self.key(x), self.value(x), None, math.sqrt(self.query.out_features))
-
-
-def head_minus_inf(self, x, mask=None):
-    return _att(self.query(x), self.key(x), self.value(x), mask, math.sqrt(self.query.out_features),
-                fill=float("-inf"))
-
-
-def head_keys_from_query(self, x, mask=None):
-    return _att(self.query(x), self.query(x), self.value(x), mask, math.sqrt(self.query.out_features))
-
-
-def head_raw_values(self, x, mask=None):
-    return _att(self.query(x), self.key(x), x, mask, math.sqrt(self.query.out_features))
-
-
-def head_kq(self, x, mask=None):
-    q, k, v = self.query(x), self.key(x), self.value(x)
-    scores = k @ q.transpose(-2, -1) / math.sqrt(q.shape[-1])
-    if mask is not None:
-        scores = scores.masked_fill(mask == 0, -1e9)
-    weights = scores.softmax(-1)
+@wrong("attention", "mask_ignored")
+def attention_no_mask(q, k, v, mask=None):
+    weights = S.softmax(_scores(q, k))
     return weights @ v, weights
 
 
-def head_detached_value(self, x, mask=None):
-    v = F.linear(x, self.value.weight.detach(), self.value.bias)
-    return _att(self.query(x), self.key(x), v, mask, math.sqrt(self.query.out_features))
+@wrong("attention", "mask_inverted")
+def attention_masked_where_true(q, k, v, mask=None):
+    scores = _scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(mask.bool(), -1e9)
+    weights = S.softmax(scores)
+    return weights @ v, weights
 
 
-def head_float32_zeros(self, x, mask=None):
-    q, k, v = self.query(x), self.key(x), self.value(x)
-    scores = torch.zeros(x.shape[0], x.shape[1], x.shape[1])
-    scores[:] = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+@wrong("attention", "mask_after_softmax")
+def attention_mask_multiplied(q, k, v, mask=None):
+    weights = S.softmax(_scores(q, k))
+    if mask is not None:
+        weights = weights * mask
+    return weights @ v, weights
+
+
+@wrong("attention", "nan_fully_masked")
+def attention_minus_inf(q, k, v, mask=None):
+    scores = _scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, float("-inf"))
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+@wrong("attention", "fill_zero")
+def attention_scores_times_mask(q, k, v, mask=None):
+    scores = _scores(q, k)
+    if mask is not None:
+        scores = scores * mask
+    weights = S.softmax(scores)
+    return weights @ v, weights
+
+
+@wrong("attention", "~although the inputs")
+def attention_float32(q, k, v, mask=None):
+    scores = (q @ k.transpose(-2, -1)).float() / q.shape[-1] ** 0.5
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
-    weights = scores.softmax(-1)
+    weights = S.softmax(scores)
     return weights @ v.float(), weights
 
 
-WRONG["attention_head"] = [
-    (_head_class(head_scaled_by_dim), "scale_by_dim"),
-    (_head_class(head_mask_dropped), "mask_ignored"),
-    (_head_class(head_minus_inf), "nan_fully_masked"),
-    (_head_class(head_keys_from_query), "keys_from_query"),
-    (_head_class(head_raw_values), "no_value_projection"),
-    (_head_class(head_kq), "qk_swapped"),
-    (_head_class(head_detached_value), "words: the gradient of the parameter value.weight"),
-    (_head_class(head_float32_zeros), "words: is float32 although the inputs"),
-]
+@wrong("attention", "mask_inverted")
+def attention_additive_wrong_sign(q, k, v, mask=None):
+    scores = _scores(q, k)
+    if mask is not None:
+        scores = scores + mask * -1e9
+    weights = S.softmax(scores)
+    return weights @ v, weights
 
 
-@wrong("attention_head", "words: frozen")
-class HeadFrozenKey(S.AttentionHead):
+@wrong("attention", "swapped_returns")
+def attention_weights_first(q, k, v, mask=None):
+    scores = _scores(q, k)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = S.softmax(scores)
+    return weights, weights @ v
+
+
+@wrong("attention", "precedence_half")
+def attention_half_power(q, k, v, mask=None):
+    d_k = q.shape[-1]
+    scores = q @ k.transpose(-2, -1) / d_k ** 1 / 2
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = S.softmax(scores)
+    return weights @ v, weights
+
+
+# =============================================================================== attention_head
+class _Head(nn.Module):
     def __init__(self, dim, head_dim):
-        super().__init__(dim, head_dim)
-        self.key.weight.requires_grad_(False)
-
-
-# =============================================================================== 04 q5
-def _q5(merge="b h n d -> b n (h d)", einsum="bhal, bhlv -> bhav", fill=-1e9, mask_mode="fill",
-        dropout="module", split="b n (qkv h d) -> qkv b h n d", detach=None, float32=False):
-    class MultiHeadAttention(nn.Module):
-        def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
-            super().__init__()
-            self.emb_size, self.num_heads = emb_size, num_heads
-            self.qkv = nn.Linear(emb_size, emb_size * 3)
-            self.att_drop = nn.Dropout(dropout)
-            self.projection = nn.Linear(emb_size, emb_size)
-
-        def forward(self, x, mask=None):
-            w = self.qkv.weight.detach() if detach == "qkv" else self.qkv.weight
-            qkv = rearrange(F.linear(x, w, self.qkv.bias), split, h=self.num_heads, qkv=3)
-            queries, keys, values = qkv[0], qkv[1], qkv[2]
-            energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
-            if mask is not None and mask_mode == "fill":
-                energy = energy.masked_fill(mask == 0, fill)
-            elif mask is not None and mask_mode == "bool":
-                energy = energy.masked_fill(mask.bool(), fill)
-            scaling = (self.emb_size // self.num_heads) ** 0.5
-            att = F.softmax(energy / scaling, dim=-1)
-            if mask is not None and mask_mode == "after":
-                att = att * mask
-            if dropout == "module":
-                att = self.att_drop(att)
-            elif dropout == "functional":
-                att = F.dropout(att, self.att_drop.p)
-            out = torch.einsum(einsum, att, values)
-            out = rearrange(out, merge)
-            if float32:
-                out = out.float()
-                return F.linear(out, self.projection.weight.float(), self.projection.bias.float())
-            out = self.projection(out)
-            if dropout == "output":
-                out = self.att_drop(out)
-            return out
-    return MultiHeadAttention
-
-
-@right("q5")
-class MHAFusedChunkFunctionalDropout(nn.Module):
-    """qkv split with chunk after a head-major view, dropout as F.dropout(training=self.training)."""
-
-    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
         super().__init__()
-        self.h, self.p = num_heads, dropout
-        self.qkv = nn.Linear(emb_size, 3 * emb_size)
-        self.projection = nn.Linear(emb_size, emb_size)
+        self.query = nn.Linear(dim, head_dim)
+        self.key = nn.Linear(dim, head_dim)
+        self.value = nn.Linear(dim, head_dim)
+        self.head_dim = head_dim
+
+
+@right("attention_head")
+class HeadEinsum(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = torch.einsum("bqd,bkd->bqk", q, k) / self.head_dim ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = F.softmax(scores, dim=-1)
+        return torch.einsum("bqk,bkd->bqd", weights, v), weights
+
+
+@right("attention_head")
+class HeadZeroRows(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = q @ k.transpose(1, 2) / math.sqrt(q.size(-1))
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        weights = torch.nan_to_num(scores.softmax(-1), nan=0.0)
+        return weights @ v, weights
+
+
+@right("attention_head")
+class HeadOtherNames(nn.Module):
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.W_q = nn.Linear(dim, head_dim)
+        self.W_k = nn.Linear(dim, head_dim)
+        self.W_v = nn.Linear(dim, head_dim)
 
     def forward(self, x, mask=None):
-        q, k, v = self.qkv(x).chunk(3, dim=-1)
-        q, k, v = (rearrange(t, "b n (h d) -> b h n d", h=self.h) for t in (q, k, v))
-        att = torch.einsum("bhqd,bhkd->bhqk", q, k) / math.sqrt(q.shape[-1])
+        return S.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
+
+
+@wrong("attention_head", "scale_by_dim")
+class HeadScaleDim(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(x.shape[-1])
         if mask is not None:
-            att = att.masked_fill(mask == 0, -1e9)
-        att = F.dropout(att.softmax(dim=-1), p=self.p, training=self.training)
-        return self.projection(rearrange(att @ v, "b h n d -> b n (h d)"))
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = F.softmax(scores, dim=-1)
+        return weights @ v, weights
 
 
-@right("q5")
-class MHAZeroRows(nn.Module):
-    """-inf masking with fully masked rows set to zero; dropout as an nn.Dropout of another name."""
+@wrong("attention_head", "no_value_projection")
+class HeadNoValue(_Head):
+    def forward(self, x, mask=None):
+        return S.scaled_dot_product_attention(self.query(x), self.key(x), x, mask)
 
-    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+
+@wrong("attention_head", "qk_swapped")
+class HeadKQ(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        return S.scaled_dot_product_attention(k, q, v, mask)
+
+
+@wrong("attention_head", "mask_ignored")
+class HeadForgetsMask(_Head):
+    def forward(self, x, mask=None):
+        return S.scaled_dot_product_attention(self.query(x), self.key(x), self.value(x))
+
+
+@wrong("attention_head", "no_bias")
+class HeadNoBias(nn.Module):
+    def __init__(self, dim, head_dim):
         super().__init__()
-        self.emb_size, self.num_heads = emb_size, num_heads
-        self.qkv = nn.Linear(emb_size, emb_size * 3)
-        self.dropout = nn.Dropout(dropout)
-        self.projection = nn.Linear(emb_size, emb_size)
+        self.query = nn.Linear(dim, head_dim, bias=False)
+        self.key = nn.Linear(dim, head_dim, bias=False)
+        self.value = nn.Linear(dim, head_dim, bias=False)
 
     def forward(self, x, mask=None):
-        q, k, v = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
-        energy = q @ k.transpose(-1, -2) / (self.emb_size // self.num_heads) ** 0.5
+        return S.scaled_dot_product_attention(self.query(x), self.key(x), self.value(x), mask)
+
+
+@wrong("attention_head", "~the gradient of the parameter key.weight")
+class HeadDetachedKeys(_Head):
+    def forward(self, x, mask=None):
+        k = self.key(x).detach()
+        return S.scaled_dot_product_attention(self.query(x), k, self.value(x), mask)
+
+
+@wrong("attention_head", "nan_fully_masked")
+class HeadMinusInf(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = q @ k.transpose(-2, -1) / self.head_dim ** 0.5
         if mask is not None:
-            energy = energy.masked_fill(mask == 0, float("-inf"))
-        att = torch.nan_to_num(F.softmax(energy, dim=-1), nan=0.0)
-        att = self.dropout(att)
-        return self.projection(rearrange(att @ v, "b h n d -> b n (h d)"))
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        weights = F.softmax(scores, dim=-1)
+        return weights @ v, weights
 
 
-WRONG["q5"] = [
-    (_q5(merge="b h n d -> b n (d h)"), "merge_d_h"),
-    (_q5(einsum="bhal, bhlv -> bhlv"), "einsum_keeps_keys"),
-    (_q5(mask_mode=None), "mask_ignored"),
-    (_q5(mask_mode="bool"), "mask_inverted"),
-    (_q5(mask_mode="after"), "mask_after_softmax"),
-    (_q5(fill=float("-inf")), "nan_fully_masked"),
-    (_q5(dropout="functional"), "dropout_always_on"),
-    (_q5(dropout=None), "dropout_missing"),
-    (_q5(dropout="output"), "dropout_on_output"),
-    (_q5(detach="qkv"), "words: the gradient of the parameter qkv.weight"),
-    (_q5(float32=True), "words: is float32 although the inputs"),
-]
+@wrong("attention_head", "~works with float32 inputs but raises")
+class HeadBatchLoop(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        B, T, _ = x.shape
+        out = torch.zeros(B, T, self.head_dim)
+        weights = torch.zeros(B, T, T)
+        for b in range(B):
+            scores = q[b] @ k[b].T / self.head_dim ** 0.5
+            if mask is not None:
+                scores = scores.masked_fill((mask if mask.dim() == 2 else mask[b]) == 0, -1e9)
+            weights[b] = F.softmax(scores, dim=-1)
+            out[b] = weights[b] @ v[b]
+        return out, weights
 
 
-@wrong("q5", "reshape_without_permute")
-class MHAReshape(nn.Module):
+@wrong("attention_head", "softmax_over_queries")
+class HeadSoftmaxDim1(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = q @ k.transpose(-2, -1) / self.head_dim ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = F.softmax(scores, dim=1)
+        return weights @ v, weights
+
+
+@wrong("attention_head", "precedence_half")
+class HeadHalfPower(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = q @ k.transpose(-2, -1) / self.head_dim ** 1 / 2
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = F.softmax(scores, dim=-1)
+        return weights @ v, weights
+
+
+# =============================================================================== q5
+class _MHA(nn.Module):
+    """The exercise's __init__ (qkv, att_drop, projection)."""
+
     def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
         super().__init__()
         self.emb_size, self.num_heads = emb_size, num_heads
@@ -577,130 +641,424 @@ class MHAReshape(nn.Module):
         self.att_drop = nn.Dropout(dropout)
         self.projection = nn.Linear(emb_size, emb_size)
 
-    def forward(self, x, mask=None):
-        B, N, E = x.shape
+    def attention(self, x, mask=None, fill=-1e9):
         qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
+        queries, keys, values = qkv[0], qkv[1], qkv[2]
+        energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, fill)
+        scaling = (self.emb_size // self.num_heads) ** 0.5
+        att = F.softmax(energy / scaling, dim=-1)
+        return att, values
+
+
+@right("q5")
+class MHATransposeReshape(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        att = self.att_drop(att)
+        out = torch.einsum("bhal, bhlv -> bhav", att, values)
+        b, h, n, d = out.shape
+        return self.projection(out.transpose(1, 2).contiguous().view(b, n, h * d))
+
+
+@right("q5")
+class MHAChunk(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__()
+        self.h = num_heads
+        self.qkv = nn.Linear(emb_size, 3 * emb_size)
+        self.drop = nn.Dropout(dropout)
+        self.proj = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None):
+        q, k, v = (rearrange(t, "b n (h d) -> b h n d", h=self.h) for t in self.qkv(x).chunk(3, dim=-1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        att = self.drop(scores.softmax(dim=-1))
+        return self.proj(rearrange(att @ v, "b h n d -> b n (h d)"))
+
+
+@right("q5")
+class MHAInfZeroRows(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask, fill=float("-inf"))
+        att = self.att_drop(torch.nan_to_num(att, nan=0.0))
+        out = torch.einsum("bhal, bhlv -> bhav", att, values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@right("q5")
+class MHASeparateMasked(MHASeparate):
+    """variants.MHASeparate with the mask applied."""
+
+    def forward(self, x, mask=None):
+        queries = rearrange(self.queries(x), "b n (h d) -> b h n d", h=self.num_heads)
+        keys = rearrange(self.keys(x), "b n (h d) -> b h n d", h=self.num_heads)
+        values = rearrange(self.values(x), "b n (h d) -> b h n d", h=self.num_heads)
+        energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
+        att = F.softmax(energy / (self.emb_size // self.num_heads) ** 0.5, dim=-1)
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@right("q5")
+class MHAHeadMajorMasked(MHAHeadMajorLayout):
+    """variants.MHAHeadMajorLayout ((h d qkv) layout) with the mask applied."""
+
+    def forward(self, x, mask=None):
+        qkv = rearrange(self.qkv(x), "b n (h d qkv) -> (qkv) b h n d", h=self.num_heads, qkv=3)
+        energy = torch.einsum("bhqd, bhkd -> bhqk", qkv[0], qkv[1]) / (self.emb_size // self.num_heads) ** 0.5
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
+        att = self.att_drop(F.softmax(energy, dim=-1))
+        return self.projection(rearrange(torch.einsum("bhal, bhlv -> bhav", att, qkv[2]), "b h n d -> b n (h d)"))
+
+
+@right("q5")
+class MHAPermuteMaskedDropout(MHAPermute):
+    """variants.MHAPermute with the mask and the dropout (F.dropout with training=self.training)."""
+
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__(emb_size, num_heads, dropout)
+        self.p = dropout
+
+    def forward(self, x, mask=None):
+        b, n, e = x.shape
+        q, k, v = self.in_proj(x).reshape(b, n, 3, self.h, self.d).permute(2, 0, 3, 1, 4)
+        scores = q @ k.transpose(-1, -2) * self.d ** -0.5
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = F.dropout(torch.softmax(scores, dim=-1), self.p, training=self.training)
+        return self.out_proj((weights @ v).transpose(1, 2).reshape(b, n, e))
+
+
+class _MHAWrong(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        att = self.att_drop(att)
+        out = torch.einsum("bhal, bhlv -> bhav", att, values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@wrong("q5", "merge_d_h")
+class MHAMergeDH(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(rearrange(out, "b h n d -> b n (d h)"))
+
+
+@wrong("q5", "reshape_without_permute")
+class MHAReshape(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(out.reshape(x.shape[0], x.shape[1], self.emb_size))
+
+
+@wrong("q5", "transpose_wrong_axes")
+class MHATransposeWrong(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(out.transpose(-1, -2).reshape(x.shape[0], x.shape[1], -1))
+
+
+@wrong("q5", "einsum_keeps_keys")
+class MHAEinsumKeys(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        out = torch.einsum("bhal, bhlv -> bhlv", self.att_drop(att), values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@wrong("q5", "einsum_wrong_axis")
+class MHAEinsumQueries(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        out = torch.einsum("bhla, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@wrong("q5", "dropout_in_eval")
+class MHAFunctionalDropout(_MHA):
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__(emb_size, num_heads, dropout)
+        self.p = dropout
+
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        att = F.dropout(att, self.p)
+        out = torch.einsum("bhal, bhlv -> bhav", att, values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@wrong("q5", "dropout_missing")
+class MHANoDropout(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        out = torch.einsum("bhal, bhlv -> bhav", att, values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@wrong("q5", "dropout_on_output")
+class MHADropoutAtEnd(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask)
+        out = torch.einsum("bhal, bhlv -> bhav", att, values)
+        return self.att_drop(self.projection(rearrange(out, "b h n d -> b n (h d)")))
+
+
+@wrong("q5", "scale_by_emb")
+class MHAScaleEmb(_MHA):
+    def forward(self, x, mask=None):
+        qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
+        energy = torch.einsum("bhqd, bhkd -> bhqk", qkv[0], qkv[1])
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
+        att = self.att_drop(F.softmax(energy / self.emb_size ** 0.5, dim=-1))
+        out = torch.einsum("bhal, bhlv -> bhav", att, qkv[2])
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@wrong("q5", "nan_fully_masked")
+class MHAMinusInf(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask, fill=float("-inf"))
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@wrong("q5", "mask_ignored")
+class MHAIgnoresMask(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x)
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@wrong("q5", "~the gradient of the parameter qkv.weight")
+class MHADetachedQKV(_MHA):
+    def forward(self, x, mask=None):
+        qkv = rearrange(self.qkv(x).detach(), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
         energy = torch.einsum("bhqd, bhkd -> bhqk", qkv[0], qkv[1])
         if mask is not None:
             energy = energy.masked_fill(mask == 0, -1e9)
         att = self.att_drop(F.softmax(energy / (self.emb_size // self.num_heads) ** 0.5, dim=-1))
         out = torch.einsum("bhal, bhlv -> bhav", att, qkv[2])
-        return self.projection(out.reshape(B, N, E))
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
 
 
-@wrong("q5", "words: in eval mode dropout must do nothing")
-class MHADropoutTrainingFlag(MHAReshape):
-    """F.dropout with training=True hard-coded, and on the energy's scale (not in the catalogue)."""
+@wrong("q5", "no_bias")
+class MHANoBias(_MHAWrong):
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__(emb_size, num_heads, dropout)
+        self.qkv = nn.Linear(emb_size, emb_size * 3, bias=False)
 
+
+@wrong("q5", "dropout_before_softmax")
+class MHADropEnergy(_MHA):
     def forward(self, x, mask=None):
         qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
         energy = torch.einsum("bhqd, bhkd -> bhqk", qkv[0], qkv[1])
         if mask is not None:
             energy = energy.masked_fill(mask == 0, -1e9)
-        att = F.softmax(energy / (self.emb_size // self.num_heads) ** 0.5, dim=-1)
-        att = F.dropout(att, self.att_drop.p / 2, training=True)
-        out = torch.einsum("bhal, bhlv -> bhav", att, qkv[2])
+        energy = self.att_drop(energy / (self.emb_size // self.num_heads) ** 0.5)
+        out = torch.einsum("bhal, bhlv -> bhav", F.softmax(energy, dim=-1), qkv[2])
         return self.projection(rearrange(out, "b h n d -> b n (h d)"))
 
 
-# =============================================================================== 04 mha_loop
-@right("mha_loop")
-class LoopExplicit(nn.Module):
+@wrong("q5", "mask_inverted")
+class MHAMaskWhereTrue(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, None if mask is None else (mask == 0))
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+
+
+# =============================================================================== mha_loop
+class _Loop(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
         head_dim = emb_size // num_heads
         self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
         self.projection = nn.Linear(emb_size, emb_size)
 
+
+@right("mha_loop")
+class LoopZip(_Loop):
     def forward(self, x, mask=None, return_attention=False):
-        outs, ws = [], []
-        for i in range(len(self.heads)):
-            o, w = self.heads[i](x, mask=mask)
-            outs.append(o)
-            ws.append(w.unsqueeze(1))
+        outs, maps = zip(*[head(x, mask) for head in self.heads])
         out = self.projection(torch.cat(outs, dim=2))
         if return_attention:
-            return out, torch.cat(ws, dim=1)
+            return out, torch.stack(maps, 1)
         return out
 
 
 @right("mha_loop")
-class LoopZeroRowHeads(nn.Module):
-    """Its own heads (-inf, fully masked rows zero), a Sequential-free W_O called out_proj."""
-
-    def __init__(self, emb_size, num_heads):
-        super().__init__()
-        self.heads = nn.ModuleList(HeadNoHelper(emb_size, emb_size // num_heads) for _ in range(num_heads))
-        self.out_proj = nn.Linear(emb_size, emb_size)
-
+class LoopEinops(_Loop):
     def forward(self, x, mask=None, return_attention=False):
-        results = [h(x, mask) for h in self.heads]
-        out = self.out_proj(torch.cat([r[0] for r in results], -1))
-        return (out, torch.stack([r[1] for r in results], 1)) if return_attention else out
+        results = [head(x, mask=mask) for head in self.heads]
+        out = rearrange(torch.stack([r[0] for r in results]), "h b n d -> b n (h d)")
+        weights = rearrange(torch.stack([r[1] for r in results]), "h b n m -> b h n m")
+        return (self.projection(out), weights) if return_attention else self.projection(out)
 
 
-def _loop(combine="cat", stack=1, pass_mask=True, project=True, detach=False, reverse=False):
-    class MultiHeadAttentionLoop(nn.Module):
-        def __init__(self, emb_size, num_heads):
-            super().__init__()
-            head_dim = emb_size // num_heads
-            self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
-            self.projection = nn.Linear(emb_size, emb_size)
-
-        def forward(self, x, mask=None, return_attention=False):
-            outputs, weights = [], []
-            heads = list(self.heads)[::-1] if reverse else self.heads
-            for head in heads:
-                out, w = head(x, mask) if pass_mask else head(x)
-                outputs.append(out)
-                weights.append(w)
-            if combine == "cat":
-                out = torch.cat(outputs, dim=-1)
-            elif combine == "stack_flatten":
-                out = torch.stack(outputs, dim=-1).reshape(x.shape[0], x.shape[1], -1)
-            elif combine == "sum":
-                out = torch.stack(outputs).sum(0)
-            if project:
-                w_o = self.projection.weight.detach() if detach else self.projection.weight
-                out = F.linear(out, w_o, self.projection.bias)
-            if stack == 1:
-                weights = torch.stack(weights, dim=1)
-            elif stack == 0:
-                weights = torch.stack(weights)
-            elif stack == "mean":
-                weights = torch.stack(weights, dim=1).mean(dim=1)
-            elif stack == "cat":
-                weights = torch.cat(weights, dim=-1)
-            return (out, weights) if return_attention else out
-    return MultiHeadAttentionLoop
-
-
-WRONG["mha_loop"] = [
-    (_loop(pass_mask=False), "mask_ignored"),
-    (_loop(stack=0), "weights_stacked_dim0"),
-    (_loop(stack="mean"), "weights_averaged"),
-    (_loop(stack="cat"), "weights_concatenated"),
-    (_loop(combine="stack_flatten"), "merge_d_h"),
-    (_loop(project=False), "no_projection"),
-    (_loop(detach=True), "words: the gradient of the parameter projection.weight"),
-    (_loop(reverse=True), "words: the weights of head 0 are those of head"),
-]
-
-
-@wrong("mha_loop", "heads_averaged")
-class LoopMean(nn.Module):
-    def __init__(self, emb_size, num_heads):
-        super().__init__()
-        self.heads = nn.ModuleList([S.AttentionHead(emb_size, emb_size // num_heads) for _ in range(num_heads)])
-        self.projection = nn.Linear(emb_size // num_heads, emb_size)
+@right("mha_loop")
+class LoopStackFixed(LoopStack):
+    """variants.LoopStack honouring return_attention."""
 
     def forward(self, x, mask=None, return_attention=False):
         results = [head(x, mask) for head in self.heads]
-        out = self.projection(sum(r[0] for r in results) / len(results))
-        return (out, torch.stack([r[1] for r in results], 1)) if return_attention else out
+        out = self.projection(rearrange(torch.stack([r[0] for r in results]), "h b n d -> b n (h d)"))
+        return (out, torch.stack([r[1] for r in results], dim=1)) if return_attention else out
 
 
-@wrong("mha_loop", "words: weights is float32 although the inputs")
+@right("mha_loop")
+class LoopRawHeadsFixed(LoopRawHeads):
+    """variants.LoopRawHeads (raw-parameter heads, W_O) passing the mask and returning the weights."""
+
+    def forward(self, x, mask=None, return_attention=False):
+        pairs = [head(x, mask) for head in self.heads]
+        out = self.W_O(torch.cat([o for o, _ in pairs], dim=-1))
+        return (out, torch.stack([w for _, w in pairs], dim=1)) if return_attention else out
+
+
+class _LoopWrong(_Loop):
+    combine = staticmethod(lambda outs: torch.cat(outs, dim=-1))
+    stack = staticmethod(lambda maps: torch.stack(maps, dim=1))
+    use_mask = True
+    project = True
+
+    def forward(self, x, mask=None, return_attention=False):
+        outs, maps = [], []
+        for head in self.heads:
+            out, w = head(x, mask) if self.use_mask else head(x)
+            outs.append(out)
+            maps.append(w)
+        out = self.combine(outs)
+        if self.project:
+            out = self.projection(out)
+        return (out, self.stack(maps)) if return_attention else out
+
+
+@wrong("mha_loop", "no_projection")
+class LoopNoProjection(_LoopWrong):
+    project = False
+
+
+@wrong("mha_loop", "concat_tokens")
+class LoopCatDim1(_LoopWrong):
+    combine = staticmethod(lambda outs: torch.cat(outs, dim=1))
+
+
+@wrong("mha_loop", "heads_averaged")
+class LoopMean(_LoopWrong):
+    def __init__(self, emb_size, num_heads):
+        super().__init__(emb_size, num_heads)
+        self.projection = nn.Linear(emb_size // num_heads, emb_size)
+    combine = staticmethod(lambda outs: sum(outs) / len(outs))
+
+
+@wrong("mha_loop", "weights_stacked_dim0")
+class LoopStackDim0(_LoopWrong):
+    stack = staticmethod(lambda maps: torch.stack(maps))
+
+
+@wrong("mha_loop", "weights_stacked_last")
+class LoopStackLast(_LoopWrong):
+    stack = staticmethod(lambda maps: torch.stack(maps, dim=-1))
+
+
+@wrong("mha_loop", "weights_averaged")
+class LoopWeightsMean(_LoopWrong):
+    stack = staticmethod(lambda maps: torch.stack(maps, dim=1).mean(dim=1))
+
+
+@wrong("mha_loop", "weights_of_last_head")
+class LoopLastWeights(_LoopWrong):
+    stack = staticmethod(lambda maps: maps[-1])
+
+
+@wrong("mha_loop", "mask_ignored")
+class LoopNoMask(_LoopWrong):
+    use_mask = False
+
+
+@wrong("mha_loop", "same_head_repeated")
+class LoopFirstHead(_Loop):
+    def forward(self, x, mask=None, return_attention=False):
+        results = [self.heads[0](x, mask) for _ in range(len(self.heads))]
+        out = self.projection(torch.cat([r[0] for r in results], dim=-1))
+        return (out, torch.stack([r[1] for r in results], dim=1)) if return_attention else out
+
+
+@wrong("mha_loop", "return_attention_ignored")
+class LoopNoWeights(_Loop):
+    def forward(self, x, mask=None, return_attention=False):
+        return self.projection(torch.cat([head(x, mask)[0] for head in self.heads], dim=-1))
+
+
+@wrong("mha_loop", "~the gradient of the parameter heads.0")
+class LoopDetached(_Loop):
+    def forward(self, x, mask=None, return_attention=False):
+        results = [head(x, mask) for head in self.heads]
+        out = self.projection(torch.cat([r[0].detach() for r in results], dim=-1))
+        return (out, torch.stack([r[1] for r in results], dim=1)) if return_attention else out
+
+
+@wrong("mha_loop", "heads_reversed")
+class LoopReversed(_LoopWrong):
+    combine = staticmethod(lambda outs: torch.cat(outs[::-1], dim=-1))
+
+
+
+
+# =============================================================================== two mistakes at once
+# No catalogue entry matches a combination: the diagnosis names the property that fails.
+@wrong("q5", "~merge as (h d), not (d h)")
+class MHAMergeDHMinusInf(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask, fill=float("-inf"))
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(rearrange(out, "b h n d -> b n (d h)"))
+
+
+@wrong("q5", "~mix the tokens")
+class MHAReshapeMinusInf(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x, mask, fill=float("-inf"))
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(out.reshape(x.shape[0], x.shape[1], -1))
+
+
+@wrong("mha_loop", "~hold head 1's output")
+class LoopReversedNoMask(_LoopWrong):
+    combine = staticmethod(lambda outs: torch.cat(outs[::-1], dim=-1))
+    use_mask = False
+
+
+@wrong("attention_head", "~must sum to 1 over the keys")
+class HeadScaleAfterSoftmax(_Head):
+    def forward(self, x, mask=None):
+        q, k, v = self.query(x), self.key(x), self.value(x)
+        scores = q @ k.transpose(-2, -1)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, float("-inf"))
+        weights = torch.nan_to_num(F.softmax(scores, dim=-1)) / self.head_dim ** 0.5
+        return weights @ v, weights
+
+
+# =============================================================================== from the parallel set
+# Wrong answers first written for the parallel implementation of these checks (checks-a at 402507f,
+# tests/answers/realistic_ch01_04.py there), rewritten here: mine accepted or misnamed them.
+@wrong("mha_loop", "~weights is float32 although the inputs")
 class LoopFloat32(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
@@ -718,3 +1076,81 @@ class LoopFloat32(nn.Module):
             ws[:, i] = w
         out = self.projection(out.to(x.dtype))
         return (out, ws) if return_attention else out
+
+
+@wrong("q5", "mask_after_softmax")
+class MHAMaskAfterSoftmax(_MHA):
+    def forward(self, x, mask=None):
+        att, values = self.attention(x)
+        if mask is not None:
+            att = att * mask
+        out = torch.einsum("bhal, bhlv -> bhav", self.att_drop(att), values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+@wrong("attention", "transpose_1_2")
+def attention_transpose_1_2(q, k, v, mask=None):
+    scores = q @ k.transpose(1, 2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = torch.softmax(scores, dim=-1)
+    return weights @ v, weights
+
+
+@wrong("attention_head", "keys_from_query")
+class HeadKeysFromQuery(_Head):
+    def forward(self, x, mask=None):
+        return S.scaled_dot_product_attention(self.query(x), self.query(x), self.value(x), mask)
+
+
+@wrong("mha_loop", "weights_concatenated")
+class LoopWeightsCat(_LoopWrong):
+    stack = staticmethod(lambda maps: torch.cat(maps, dim=-1))
+
+
+@wrong("embedding_lookup", "off_by_one")
+def embed_one_hot_minus_one(token_ids, weight):
+    return F.one_hot(token_ids - 1, weight.shape[0]).to(weight.dtype) @ weight
+
+
+@wrong("softmax", "min_subtraction")
+def softmax_min_shift(x, dim=-1):
+    e = torch.exp(x - x.amin(dim=dim, keepdim=True))
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+@wrong("softmax", "~do not sum to 1")
+def softmax_sum_axis0(x, dim=-1):
+    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+    return e / e.sum(dim=0, keepdim=True)
+
+
+@wrong("q1", "~the first pair (columns 0 and 1)")
+def pe_pairs_from_one(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in range(d // 2):
+            P[k, 2 * i] = np.sin(k / n ** (2 * (i + 1) / d))
+            P[k, 2 * i + 1] = np.cos(k / n ** (2 * (i + 1) / d))
+    return P
+
+
+@wrong("q1", "~the sine and the cosine of one angle")
+def pe_cos_squared(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in range(d // 2):
+            P[k, 2 * i] = np.sin(k / n ** (2 * i / d))
+            P[k, 2 * i + 1] = np.cos(k / n ** (2 * i / d)) ** 2
+    return P
+
+
+@wrong("q1", "~row 0 should be 0 in the even columns")
+def pe_positions_from_two(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(1, seq_len + 1):
+        for i in np.arange(int(d / 2)):
+            denominator = np.power(n, 2 * i / d)
+            P[k - 1, 2 * i] = np.sin((k + 1) / denominator)
+            P[k - 1, 2 * i + 1] = np.cos((k + 1) / denominator)
+    return P

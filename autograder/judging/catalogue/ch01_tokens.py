@@ -8,7 +8,7 @@ from einops import rearrange
 from ..model import Mistake
 from . import add
 from ._common import vitref
-from ._properties import dtype_mix, error_messages
+from ._properties import diagnose
 from ...questions.ch01_tokens import (  # noqa: F401
     EMBED_CASES,
     PATCH_CASES,
@@ -25,6 +25,22 @@ def _pattern(pattern):
     return build
 
 
+def _pattern_sizes(pattern):
+    """The grid sizes given where the patch sizes belong: h=P, w=P instead of s1=P, s2=P."""
+    def build(parts):
+        def image_to_patches(images, patch_size):
+            return rearrange(images, pattern, h=patch_size, w=patch_size)
+        return image_to_patches
+    return build
+
+
+def _channels_last_reshape(parts):
+    def image_to_patches(images, patch_size):
+        b, c, h, w = images.shape
+        return images.permute(0, 2, 3, 1).reshape(b, (h // patch_size) * (w // patch_size), -1)
+    return image_to_patches
+
+
 def _reshape_only(parts):
     def image_to_patches(images, patch_size):
         b, c, h, w = images.shape
@@ -37,13 +53,6 @@ def _unfold_no_permute(parts):
         b, c, h, w = images.shape
         grid = images.unfold(2, patch_size, patch_size).unfold(3, patch_size, patch_size)  # (B, C, h, w, P, P)
         return grid.reshape(b, (h // patch_size) * (w // patch_size), -1)
-    return image_to_patches
-
-
-def _channels_last_reshape(parts):
-    def image_to_patches(images, patch_size):
-        b, c, h, w = images.shape
-        return images.permute(0, 2, 3, 1).reshape(b, (h // patch_size) * (w // patch_size), -1)
     return image_to_patches
 
 
@@ -64,17 +73,27 @@ PATCH_MISTAKES = [
     Mistake("unfold_no_permute", "unfold, then reshape without moving the channel axis",
             "After unfold the tensor is (B, C, h, w, P, P): permute to (B, h, w, P, P, C) before reshaping "
             "to (B, N, P*P*C).", _unfold_no_permute),
-    Mistake("channels_last_reshape", "channels moved last, then a plain reshape",
-            "images.permute(0, 2, 3, 1) gives (B, H, W, C), whose memory order is whole image rows: reshaping it "
-            "to (B, N, P*P*C) cuts rows, not P x P blocks. Split H and W into (h s1) and (w s2) first.",
-            _channels_last_reshape),
     Mistake("reshape_only", "a plain reshape without moving the axes",
             "reshape(B, N, -1) keeps the memory order (c, H, W), so a 'patch' mixes whole image rows; "
             "move the axes first (einops rearrange or permute).",
             _reshape_only),
+    Mistake("channels_last_reshape", "channels moved last, then a plain reshape",
+            "permute(0, 2, 3, 1) gives (B, H, W, C), but reshaping that to (B, N, P*P*C) takes P*P "
+            "consecutive pixels of one image row, not a P x P block: split H and W into (h, P) and (w, P) "
+            "first (pattern 'b c (h s1) (w s2) -> b (h w) (s1 s2 c)').", _channels_last_reshape),
+    Mistake("grid_not_flattened", "the patch grid not flattened, (B, h, w, P*P*C)",
+            "Number the patches in one axis: 'b (h w) (s1 s2 c)', not 'b h w (s1 s2 c)'.",
+            _pattern("b c (h s1) (w s2) -> b h w (s1 s2 c)")),
+    Mistake("patch_not_flattened", "each patch kept as (P, P, C) instead of one vector",
+            "Flatten each patch into one vector of P*P*C numbers: '(s1 s2 c)' in parentheses.",
+            _pattern("b c (h s1) (w s2) -> b (h w) s1 s2 c")),
+    Mistake("grid_as_patch_size", "patch_size given as the number of patches (h=P, w=P)",
+            "patch_size is the side of a patch: pass s1=patch_size, s2=patch_size to rearrange; h and w "
+            "(the number of patches per column and row) follow from the image size.",
+            _pattern_sizes("b c (h s1) (w s2) -> b (h w) (s1 s2 c)")),
 ]
 
-add('patches', references=lambda: [vitref().image_to_patches], catalogue=PATCH_MISTAKES)
+add('patches', references=lambda: [vitref().image_to_patches], catalogue=PATCH_MISTAKES, diagnose=diagnose)
 
 
 def _embed_variant(fn):
@@ -103,17 +122,10 @@ EMBED_MISTAKES = [
     Mistake("summed_tokens", "embeddings summed over the tokens",
             "Keep one embedding per token: the result has the shape of token_ids plus D.",
             _embed_variant(lambda ids, w: F.one_hot(ids, w.shape[0]).to(w.dtype).sum(-2) @ w)),
+    Mistake("num_classes_d", "one-hot of length D (weight.shape[1]) instead of V",
+            "The one-hot vectors have one entry per token of the vocabulary: num_classes = weight.shape[0] (V).",
+            _embed_variant(lambda ids, w: F.one_hot(ids, w.shape[1]).to(w.dtype) @ w)),
 ]
 
-def _embed_diagnose(question, data):
-    """Integer one-hot matrices and float32/float64 clashes, from the error messages."""
-    for text in error_messages(data):
-        low = text.lower()
-        if "same dtype" in low and ("long" in low or "int" in low.split("got:")[-1]):
-            return ("the one-hot matrix is an integer tensor (F.one_hot returns int64): cast it to the weight's "
-                    "dtype, one_hot.to(weight.dtype), before the product")
-    return dtype_mix(data)
-
-
 add('embedding_lookup', references=lambda: [vitref().one_hot_embedding], catalogue=EMBED_MISTAKES,
-    diagnose=_embed_diagnose)
+    diagnose=diagnose)

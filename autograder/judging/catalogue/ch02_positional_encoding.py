@@ -7,6 +7,7 @@ import numpy as np
 from ..model import Mistake
 from . import add
 from ._common import vitref
+from ._properties import diagnose
 from ...questions.ch02_positional_encoding import (  # noqa: F401
     Q1_CASES,
     _run_q1,
@@ -69,14 +70,33 @@ def _index_i(parts):
     return getPositionEncoding
 
 
+def _sin_before_division(parts):
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(seq_len):
+            for i in np.arange(int(d / 2)):
+                denominator = np.power(n, 2 * i / d)
+                P[k, 2 * i] = np.sin(k) / denominator
+                P[k, 2 * i + 1] = np.cos(k) / denominator
+        return P
+    return getPositionEncoding
+
+
+def _exponent_seq_len(parts):
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(seq_len):
+            for i in np.arange(int(d / 2)):
+                denominator = np.power(n, 2 * i / seq_len)
+                P[k, 2 * i] = np.sin(k / denominator)
+                P[k, 2 * i + 1] = np.cos(k / denominator)
+        return P
+    return getPositionEncoding
+
+
 def _precedence(k, i, d, n, col):
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.float64(k) / (np.float64(n) ** 2 * i / d)
-
-
-def _precedence_left(k, i, d, n, col):
-    """k / n ** 2 * i / d as Python reads it: ((k / n**2) * i) / d."""
-    return k / n ** 2 * i / d
 
 
 Q1_MISTAKES = [
@@ -100,7 +120,7 @@ Q1_MISTAKES = [
             _table(lambda k, i, d, n, col: k * np.power(n, 2 * i / d))),
     Mistake("precedence", "n**2*i/d instead of n**(2*i/d)",
             "Operator precedence: n**2*i/d means (n**2)*i/d; write np.power(n, 2*i/d) or n**(2*i/d).",
-            _table(_precedence), also=(_table(_precedence_left),)),
+            _table(_precedence)),
     Mistake("precedence_power", "n**(2*i)/d instead of n**(2*i/d)",
             "The whole fraction 2i/d is the exponent: np.power(n, 2*i/d).",
             _table(lambda k, i, d, n, col: k / (np.power(float(n), 2 * i) / d))),
@@ -119,40 +139,21 @@ Q1_MISTAKES = [
     Mistake("index_i", "columns indexed i and i+1 instead of 2i and 2i+1",
             "Pair i fills columns 2*i (sine) and 2*i+1 (cosine); with P[k, i] the pairs overwrite each other.",
             _index_i),
+    Mistake("n_hardcoded_100", "n fixed at 100 (the slides' example)",
+            "The slides' table uses n = 100 for the example only: use the argument n (10000 by default).",
+            _table(lambda k, i, d, n, col: k / np.power(100, 2 * i / d))),
+    Mistake("exponent_seq_len", "exponent 2i/seq_len instead of 2i/d",
+            "The exponent divides by the model dimension d, not by the number of positions.",
+            _exponent_seq_len),
+    Mistake("sin_before_division", "sin(k) / denominator instead of sin(k / denominator)",
+            "Divide the position first, then take the sine: np.sin(k / denominator).",
+            _sin_before_division),
+    Mistake("precedence_position", "k / n**2*i/d: the position divided by n**2 only",
+            "Operator precedence: k / n**2*i/d means ((k / n**2) * i) / d; write k / n**(2*i/d).",
+            _table(lambda k, i, d, n, col: k / float(n) ** 2 * i / d)),
     Mistake("transposed", "table transposed, (d, seq_len)",
             "Return one row per position: shape (seq_len, d).",
             _transposed),
 ]
 
-def _q1_diagnose(question, data):
-    """Name the first property of the table that fails: row 0, the (sin, cos) pairs, the first
-    pair's frequency (1), then the later frequencies."""
-    for case, student_case in zip(question.cases, data.get("cases") or []):
-        table = (student_case.get("outputs") or {}).get("P")
-        p = case.params
-        seq_len, d, n = p["seq_len"], p["d"], p["n"] or 10000
-        if table is None or np.shape(table) != (seq_len, d):
-            continue
-        P = np.asarray(table, dtype=np.float64)
-        k = np.arange(seq_len, dtype=np.float64)[:, None]
-        want = np.zeros((seq_len, d))
-        want[:, 0::2] = np.sin(k / np.power(float(n), 2 * np.arange(d // 2) / d))
-        want[:, 1::2] = np.cos(k / np.power(float(n), 2 * np.arange(d // 2) / d))
-        if np.allclose(P, want, atol=1e-4):
-            continue
-        where = f" (on input {case.label})"
-        if not np.allclose(P[0], np.tile([0.0, 1.0], d // 2), atol=1e-4):
-            return ("row 0 should be 0 in the even columns (sin 0) and 1 in the odd columns (cos 0): positions "
-                    "start at 0, and row k is position k" + where)
-        if not np.allclose(P[:, 0::2] ** 2 + P[:, 1::2] ** 2, 1.0, atol=1e-4):
-            return ("columns 2i and 2i+1 should hold the sine and cosine of one angle (sin^2 + cos^2 = 1 for "
-                    "every pair)" + where)
-        if not (np.allclose(P[:, 0], np.sin(k[:, 0]), atol=1e-4) and np.allclose(P[:, 1], np.cos(k[:, 0]), atol=1e-4)):
-            return ("the first pair (columns 0 and 1) should be sin(k) and cos(k): for i = 0 the denominator is "
-                    "n^0 = 1" + where)
-        return (f"the first pair is right but the frequencies of the later pairs are wrong: pair i divides k by "
-                f"n^(2i/d), here with n = {n}" + where)
-    return None
-
-
-add('q1', references=_reference, catalogue=Q1_MISTAKES, diagnose=_q1_diagnose)
+add('q1', references=_reference, catalogue=Q1_MISTAKES, diagnose=diagnose)

@@ -1,10 +1,8 @@
 """The references and the catalogue of known mistakes of ch04_multihead_attention (grader side)."""
 from __future__ import annotations
 
-import dataclasses
-from types import SimpleNamespace
 
-import numpy as np
+
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -12,10 +10,9 @@ from torch import nn
 
 from ..model import Mistake
 from . import add
-from ._common import first_if_tuple, mistaken_mask_softmax, parts, vitref
-from ._properties import by_tests, dtype_mix, first, weights_problem
-from .ch03_attention import finite_fill_head, zero_row_head
-from ...questions.ch03_attention import case_mask
+from ._attention import finite_fill_loop, finite_fill_mha, head_class, loop_class, mha_class
+from ._common import parts, vitref
+from ._properties import diagnose
 from ...questions.ch04_multihead_attention import (  # noqa: F401
     LOOP_CASES,
     MHA_CASES,
@@ -24,44 +21,24 @@ from ...questions.ch04_multihead_attention import (  # noqa: F401
 )
 
 
-def _mha(merge="b h n d -> b n (h d)", reshape=False, einsum="bhal, bhlv -> bhav", scale="head",
-         scale_after=False, project=True, softmax_dim=-1, mask_mode="fill", fill=-1e9, dropout="att"):
+def _mha(**kwargs):
     def build(parts):
-        class MultiHeadAttention(nn.Module):
-            def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
-                super().__init__()
-                self.emb_size, self.num_heads = emb_size, num_heads
-                self.qkv = nn.Linear(emb_size, emb_size * 3)
-                self.att_drop = nn.Dropout(dropout)
-                self.projection = nn.Linear(emb_size, emb_size)
-
-            def forward(self, x, mask=None):
-                qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
-                queries, keys, values = qkv[0], qkv[1], qkv[2]
-                energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
-                scaling = {"head": (self.emb_size // self.num_heads) ** 0.5, "emb": self.emb_size ** 0.5,
-                           None: 1.0}[scale]
-                if dropout == "energy":
-                    energy = self.att_drop(energy)
-                if scale_after:
-                    att = mistaken_mask_softmax(energy, mask, mask_mode, softmax_dim, fill) / scaling
-                else:
-                    att = mistaken_mask_softmax(energy / scaling, mask, mask_mode, softmax_dim, fill)
-                if dropout == "att":
-                    att = self.att_drop(att)
-                elif dropout == "always":
-                    att = F.dropout(att, self.att_drop.p)
-                out = torch.einsum(einsum, att, values)
-                if reshape:
-                    b, h, n, d = out.shape
-                    out = out.reshape(b, n, h * d)
-                else:
-                    out = rearrange(out, merge)
-                out = self.projection(out) if project else out
-                return self.att_drop(out) if dropout == "out" else out
-        return MultiHeadAttention
+        return mha_class(**kwargs)
     return build
 
+
+def _reshape_without_permute(out):
+    b, h, n, d = out.shape
+    return out.reshape(b, n, h * d)
+
+
+def _transpose_last_axes(out):
+    b, h, n, d = out.shape
+    return out.transpose(2, 3).reshape(b, n, h * d)
+
+
+SCALE_AFTER_HINT = ("Divide the energy by sqrt(head_dim) before F.softmax; dividing the weights afterwards means "
+                    "they no longer sum to 1.")
 
 MHA_MISTAKES = [
     Mistake("merge_d_h", "heads merged in the wrong order, (d h)",
@@ -69,19 +46,22 @@ MHA_MISTAKES = [
             "the features of different heads.", _mha(merge="b h n d -> b n (d h)")),
     Mistake("reshape_without_permute", "reshape of (B, h, N, d) to (B, N, h*d) without moving the heads axis",
             "out.reshape(B, N, h*d) on a (B, h, N, d) tensor mixes tokens and heads; move the axes first "
-            "(rearrange 'b h n d -> b n (h d)', or permute(0, 2, 1, 3) then reshape).", _mha(reshape=True)),
+            "(rearrange 'b h n d -> b n (h d)', or permute(0, 2, 1, 3) then reshape).",
+            _mha(merge_fn=_reshape_without_permute)),
+    Mistake("transpose_wrong_axes", "transpose(2, 3) before the reshape: tokens and features swapped",
+            "To put the heads side by side, move the heads axis next to the features: out.transpose(1, 2) "
+            "(B, N, h, d), then reshape to (B, N, h*d); or rearrange 'b h n d -> b n (h d)'.",
+            _mha(merge_fn=_transpose_last_axes)),
     Mistake("einsum_wrong_axis", "einsum sums over the queries axis",
             "In 'bhal, bhlv -> bhav' the weights att[b, h, a, l] of query a are summed over the keys l; "
             "the result keeps the query axis a.", _mha(einsum="bhla, bhlv -> bhav")),
     Mistake("einsum_keeps_keys", "einsum output keeps the keys axis, 'bhal, bhlv -> bhlv'",
             "Sum over the keys l and keep the queries a: 'bhal, bhlv -> bhav'.",
             _mha(einsum="bhal, bhlv -> bhlv")),
-    Mistake("scale_after_softmax", "scaling applied after the softmax",
-            "Divide the energy by sqrt(head_dim) before F.softmax; dividing the weights afterwards means they "
-            "no longer sum to 1.", _mha(scale_after=True, scale="emb")),
-    Mistake("scale_after_softmax_head", "scaling applied after the softmax",
-            "Divide the energy by sqrt(head_dim) before F.softmax; dividing the weights afterwards means they "
-            "no longer sum to 1.", _mha(scale_after=True, scale="head")),
+    Mistake("scale_after_softmax", "scaling applied after the softmax", SCALE_AFTER_HINT,
+            _mha(scale_after=True, scale="emb")),
+    Mistake("scale_after_softmax_head", "scaling applied after the softmax", SCALE_AFTER_HINT,
+            _mha(scale_after=True)),
     Mistake("scale_by_emb", "scaled by sqrt(emb_size) instead of sqrt(head_dim)",
             "Each head's dot products have head_dim = emb_size // num_heads terms: divide by sqrt(head_dim).",
             _mha(scale="emb")),
@@ -91,237 +71,109 @@ MHA_MISTAKES = [
             "After merging the heads, apply self.projection (W^O).", _mha(project=False)),
     Mistake("softmax_over_queries", "softmax over the queries axis",
             "Each query's weights sum to 1 over the keys: softmax(dim=-1).", _mha(softmax_dim=-2)),
-]
-
-MHA_MISTAKES += [
     Mistake("mask_ignored", "the mask is ignored",
-            "When mask is given, fill the blocked energies (mask == 0) with -1e9 before the softmax.",
+            "When mask is given, set the blocked energies (mask == 0) to -1e9 before the softmax.",
             _mha(mask_mode=None)),
     Mistake("mask_inverted", "mask polarity inverted",
-            "The mask is 1/True where a query MAY attend: block where it is 0/False (masked_fill(mask == 0, ...)).",
-            _mha(mask_mode="inverted"), also=(_mha(mask_mode="inverted", fill=float("-inf")),)),
+            "The mask is 1/True where a query MAY attend: block the positions where it is 0/False "
+            "(masked_fill(mask == 0, ...)).", _mha(mask_mode="inverted"),
+            also=(_mha(mask_mode="inverted", fill=float("-inf")),)),
     Mistake("mask_after_softmax", "mask applied after the softmax",
-            "Fill the blocked energies with -1e9 before the softmax, so the allowed weights still sum to 1.",
-            _mha(mask_mode="after")),
+            "Blocked energies must be set to -1e9 before the softmax (as the exercise's code does), so the "
+            "allowed weights still sum to 1.", _mha(mask_mode="after")),
     Mistake("nan_fully_masked", "fully masked rows give NaN",
-            "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN: fill with -1e9, as the "
-            "exercise's code does.", _mha(fill=float("-inf"))),
-    Mistake("dropout_always_on", "dropout applied in eval mode too",
-            "F.dropout(att, p) drops weights even in eval mode (its training argument defaults to True): use "
-            "self.att_drop(att), or F.dropout(att, p, training=self.training).", _mha(dropout="always")),
-    Mistake("dropout_missing", "the attention dropout is missing",
-            "Apply self.att_drop to the attention weights, after the softmax and before multiplying by the values.",
-            _mha(dropout=None)),
-    Mistake("dropout_before_softmax", "dropout applied to the energy before the softmax",
-            "Dropout acts on the attention weights: att = self.att_drop(F.softmax(...)), after the softmax.",
-            _mha(dropout="energy")),
+            "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN: fill with -1e9 (as "
+            "the exercise's code does), not -inf.", _mha(fill=float("-inf"))),
+    Mistake("dropout_in_eval", "dropout applied in eval mode too (F.dropout without training=)",
+            "F.dropout(att, p) drops weights even after model.eval(): use self.att_drop(att) (nn.Dropout "
+            "follows the module's mode) or F.dropout(att, p, training=self.training).",
+            _mha(dropout_mode="functional")),
+    Mistake("dropout_missing", "the attention dropout is never applied",
+            "Apply self.att_drop to the attention weights right after the softmax: att = self.att_drop(att).",
+            _mha(dropout_mode="missing")),
     Mistake("dropout_on_output", "dropout applied to the output instead of the attention weights",
-            "self.att_drop belongs on the attention weights (after the softmax, before the einsum with the values), "
-            "not on the output.", _mha(dropout="out")),
+            "The exercise's dropout acts on the attention weights (att = self.att_drop(att)), before they "
+            "multiply the values, not on the projected output.", _mha(dropout_mode="output")),
+    Mistake("dropout_before_softmax", "dropout applied to the energy before the softmax",
+            "Drop attention weights, not energies: att = self.att_drop(F.softmax(energy / scaling, dim=-1)).",
+            _mha(dropout_at="scores")),
+    Mistake("dropout_on_values", "dropout applied to the values instead of the attention weights",
+            "Apply self.att_drop to att (the weights after the softmax), not to the values.",
+            _mha(dropout_at="values")),
+    Mistake("no_bias", "the linear layers built without a bias (bias=False)",
+            "Keep the exercise's layers: nn.Linear(emb_size, 3 * emb_size) has a bias.", _mha(bias=False)),
 ]
 
-
-class _FiniteFillMHA(nn.Module):
-    """The exercise's MultiHeadAttention (-1e9 fills: a fully masked query gets uniform weights)."""
-
-    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
-        super().__init__()
-        self.emb_size, self.num_heads = emb_size, num_heads
-        self.qkv = nn.Linear(emb_size, emb_size * 3)
-        self.att_drop = nn.Dropout(dropout)
-        self.projection = nn.Linear(emb_size, emb_size)
-
-    def forward(self, x, mask=None):
-        q, k, v = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
-        energy = q @ k.transpose(-2, -1) / (self.emb_size // self.num_heads) ** 0.5
-        if mask is not None:
-            energy = energy.masked_fill(mask == 0, -1e9)
-        att = self.att_drop(vitref().softmax(energy, dim=-1))
-        return self.projection(rearrange(att @ v, "b h n d -> b n (h d)"))
+add('q5', references=lambda: [vitref().MultiHeadAttention, finite_fill_mha()], catalogue=MHA_MISTAKES,
+    diagnose=diagnose)
 
 
-_MHA_TESTS = {
-    "mask": "the output with a mask is wrong although every case without one is right: check how the mask "
-            "reaches the energies (blocked where mask == 0, filled with -1e9 before the softmax)",
-    "dropout_eval": "in eval mode dropout must do nothing: use self.att_drop (an nn.Dropout follows "
-                    "model.eval()) or F.dropout(att, p, training=self.training)",
-    "dropout_all": "with dropout=1.0 in train mode every attention weight is dropped, so the output is the "
-                   "projection's bias: the dropout is missing or not on the attention weights",
-    "dropout_seeded": "in train mode the dropout masks differ from dropout applied once to the attention weights "
-                      "(after the softmax, before the einsum with the values), as self.att_drop(att)",
-    "grads": "the gradients differ although the outputs are right: does the output reach x and every "
-             "parameter through autograd (no .detach(), .data or numpy)?",
-}
-_MHA_COMBOS = {
-    frozenset({"dropout_all", "dropout_seeded"}): _MHA_TESTS["dropout_all"],
-    frozenset({"dropout_eval", "dropout_seeded"}): "dropout is applied even in eval mode, or elsewhere than on "
-                                                   "the attention weights: use self.att_drop(att) after the softmax",
-    frozenset({"dropout_eval", "dropout_all", "dropout_seeded"}):
-        "dropout is wrong in both modes: in eval mode dropout must do nothing, and in train mode it drops the "
-        "attention weights with probability p (use self.att_drop(att), after the softmax)",
-}
-
-
-def _mha_weights_free(question, data):
-    return dtype_mix(data)
-
-
-add('q5', references=lambda: [vitref().MultiHeadAttention, _FiniteFillMHA], catalogue=MHA_MISTAKES,
-    diagnose=first(by_tests(_MHA_TESTS, _MHA_COMBOS), _mha_weights_free))
-
-
-def _loop(combine="cat", project=True, head_width="split", same_head=False, pass_mask=True, stack="dim1",
-          head=None, **_):
+def _loop(head=None, finite=False, **kwargs):
+    """A wrong loop over the grader's heads (``parts.AttentionHead``; ``finite``: a right head
+    that fills -1e9, like the notebook's given head), or over a wrong head built by
+    :func:`head_class` with the ``head`` keyword arguments."""
     def build(parts):
-        AttentionHead = parts.AttentionHead if head is None else head(parts)
-
-        class MultiHeadAttentionLoop(nn.Module):
-            def __init__(self, emb_size, num_heads):
-                super().__init__()
-                width = emb_size // num_heads if head_width == "split" else emb_size
-                self.heads = nn.ModuleList([AttentionHead(emb_size, width) for _ in range(num_heads)])
-                out_in = width * num_heads if combine in ("cat", "interleave") else width
-                self.projection = nn.Linear(out_in, emb_size)
-
-            def forward(self, x, mask=None, return_attention=False):
-                heads = [self.heads[0]] * len(self.heads) if same_head else self.heads
-                results = [head(x, mask) if pass_mask else head(x) for head in heads]
-                outputs = [first_if_tuple(r) for r in results]
-                weights = [r[1] for r in results]
-                if combine == "cat":
-                    out = torch.cat(outputs, dim=-1)
-                elif combine == "cat_tokens":
-                    out = torch.cat(outputs, dim=1)
-                elif combine == "interleave":
-                    out = torch.stack(outputs, dim=-1).flatten(-2)          # (B, N, d, h) -> (d h)
-                else:
-                    out = torch.stack(outputs).mean(0)
-                out = self.projection(out) if project else out
-                if not return_attention:
-                    return out
-                if stack == "dim1":
-                    w = torch.stack(weights, dim=1)
-                elif stack == "dim0":
-                    w = torch.stack(weights)
-                elif stack == "mean":
-                    w = torch.stack(weights, dim=1).mean(1)
-                elif stack == "cat":
-                    w = torch.cat(weights, dim=-1)
-                else:
-                    w = weights[-1]
-                return out, w
-        return MultiHeadAttentionLoop
+        if head is not None:
+            cls = head_class(**head)
+        else:
+            cls = head_class() if finite else parts.AttentionHead
+        return loop_class(cls, **kwargs)
     return build
 
 
+def _loop_mistake(key, title, hint, **kwargs):
+    """A loop mistake over the parts' head, also over a head that fills -1e9 (fully masked
+    rows uniform, as the notebook's given head computes them); a combination of the head
+    outputs that changes their width also with the exercise's projection Linear(E, E), which
+    then raises."""
+    forms = [_loop(finite=True, **kwargs)]
+    if kwargs.get("combine") in ("cat_tokens", "mean"):
+        forms += [_loop(exercise_projection=True, **kwargs), _loop(finite=True, exercise_projection=True, **kwargs)]
+    return Mistake(key, title, hint, _loop(**kwargs), ("AttentionHead",), also=tuple(forms))
+
+
 LOOP_MISTAKES = [
-    Mistake("no_projection", "the output projection is missing",
-            "After concatenating the heads, apply self.projection (W^O).", _loop(project=False), ("AttentionHead",)),
-    Mistake("concat_tokens", "heads concatenated along the tokens axis",
+    _loop_mistake("no_projection", "the output projection is missing",
+            "After concatenating the heads, apply self.projection (W^O).", project=False),
+    _loop_mistake("concat_tokens", "heads concatenated along the tokens axis",
             "Concatenate the head outputs feature-wise: torch.cat(outputs, dim=-1) gives (B, N, h*d).",
-            _loop(combine="cat_tokens"), ("AttentionHead",)),
-    Mistake("heads_averaged", "heads averaged instead of concatenated",
+            combine="cat_tokens"),
+    _loop_mistake("heads_averaged", "heads averaged instead of concatenated",
             "Each head contributes its own d = emb_size // num_heads features: concatenate, then project.",
-            _loop(combine="mean"), ("AttentionHead",)),
-    Mistake("full_width_heads", "every head has emb_size features",
+            combine="mean"),
+    _loop_mistake("heads_reversed", "heads concatenated in reverse order",
+            "Concatenate the head outputs in head order: torch.cat([head_0, head_1, ...], dim=-1).",
+            combine="reversed"),
+    _loop_mistake("full_width_heads", "every head has emb_size features",
             "Split the width: each head maps emb_size -> emb_size // num_heads, so the concatenation has "
-            "emb_size features.", _loop(head_width="full"), ("AttentionHead",)),
-    Mistake("same_head_repeated", "the first head used for every head",
+            "emb_size features.", head_width="full"),
+    _loop_mistake("same_head_repeated", "the first head used for every head",
             "Loop over self.heads: each head has its own query/key/value weights.",
-            _loop(same_head=True), ("AttentionHead",)),
-]
-
-_NEEDS = ("AttentionHead",)
-LOOP_MISTAKES += [
-    Mistake("mask_ignored", "the mask is not passed to the heads",
-            "Call every head with the mask: head(x, mask).", _loop(pass_mask=False), _NEEDS),
-    Mistake("merge_d_h", "heads merged in the wrong order, (d h)",
-            "Put the heads side by side, head after head: torch.cat(outputs, dim=-1); stacking on a new last axis "
-            "and flattening interleaves the features of different heads.", _loop(combine="interleave"), _NEEDS),
-    Mistake("weights_stacked_dim0", "attention weights stacked on the first axis, (h, B, N, N)",
+            same_head=True),
+    _loop_mistake("mask_ignored", "the mask is not passed to the heads",
+            "Call every head with the mask: head(x, mask).", pass_mask=False),
+    Mistake("nan_fully_masked", "fully masked rows give NaN",
+            "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN: fill with -1e9, not -inf.",
+            _loop(head={"fill": float("-inf")})),
+    _loop_mistake("weights_stacked_dim0", "attention weights stacked on the first axis, (h, B, N, N)",
             "Stack the heads' weights on axis 1: torch.stack(weights, dim=1) gives (B, h, N, N).",
-            _loop(stack="dim0"), _NEEDS),
-    Mistake("weights_averaged", "attention weights averaged over the heads",
+            weights="stack0"),
+    _loop_mistake("weights_stacked_last", "attention weights stacked on the last axis, (B, N, N, h)",
+            "Stack the heads' weights on axis 1: torch.stack(weights, dim=1) gives (B, h, N, N).",
+            weights="stack_last"),
+    _loop_mistake("weights_concatenated", "attention weights concatenated, (B, N, h*N)",
+            "Stack the heads' weights on a new axis 1 (torch.stack(weights, dim=1), (B, h, N, N)), do not "
+            "concatenate them.", weights="cat"),
+    _loop_mistake("weights_averaged", "attention weights averaged over the heads",
             "Return every head's weights, stacked as (B, h, N, N): torch.stack(weights, dim=1), no mean.",
-            _loop(stack="mean"), _NEEDS),
-    Mistake("weights_concatenated", "attention weights concatenated along the keys axis, (B, N, h*N)",
-            "Stack the heads' weights on a new axis 1: torch.stack(weights, dim=1) gives (B, h, N, N).",
-            _loop(stack="cat"), _NEEDS),
-    Mistake("weights_last_head", "only the last head's weights returned",
-            "Collect the weights of every head in the loop and stack them: (B, h, N, N).",
-            _loop(stack="last"), _NEEDS),
+            weights="mean"),
+    _loop_mistake("weights_of_last_head", "only the last head's attention weights returned",
+            "Collect the weights of every head in the loop and stack them: torch.stack(weights, dim=1).",
+            weights="last"),
+    _loop_mistake("return_attention_ignored", "return_attention=True still returns only the output",
+            "With return_attention=True return a pair: (out, weights) with weights (B, h, N, N).",
+            honours_return_attention=False),
 ]
 
-
-def _with_zero_row_heads(mistake: Mistake) -> Mistake:
-    """The loop mistake also built from heads whose fully masked rows are zeros (students'
-    heads differ there; the exercise accepts both)."""
-    def build(parts, _build=mistake.build):
-        return _build(SimpleNamespace(AttentionHead=zero_row_head()))
-    return dataclasses.replace(mistake, also=mistake.also + (build,))
-
-
-LOOP_MISTAKES = [_with_zero_row_heads(m) for m in LOOP_MISTAKES]
-
-
-class _FiniteFillLoop(nn.Module):
-    """The exercise's loop over the notebook's heads (-1e9 fills: fully masked queries are uniform)."""
-
-    def __init__(self, emb_size, num_heads):
-        super().__init__()
-        head = finite_fill_head()
-        self.heads = nn.ModuleList(head(emb_size, emb_size // num_heads) for _ in range(num_heads))
-        self.projection = nn.Linear(emb_size, emb_size)
-
-    def forward(self, x, mask=None, return_attention=False):
-        outputs, weights = zip(*(head(x, mask) for head in self.heads))
-        out = self.projection(torch.cat(outputs, dim=-1))
-        return (out, torch.stack(weights, dim=1)) if return_attention else out
-
-
-_LOOP_TESTS = {
-    "mask": "the output with a mask is wrong although the cases without one are right: pass the mask to every "
-            "head, head(x, mask)",
-    "weights": "the attention weights returned with return_attention=True are wrong although the output is right: "
-               "stack every head's weights, in head order, as (B, num_heads, N, N)",
-    "grads": "the gradients differ although the outputs are right: does the output reach x and every parameter "
-             "through autograd (no .detach(), .data or numpy)?",
-}
-
-
-def _loop_heads_diagnose(question, data):
-    """With return_attention=True, compare each head's weights with the reference's: name the
-    first head whose weights are wrong (e.g. a head that reads another head's parameters)."""
-    from ..judge import reference_outputs
-
-    for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
-        got = (student_case.get("outputs") or {}).get("weights")
-        if got is None or not case.params.get("return_attention"):
-            continue
-        got = np.asarray(got)
-        refs, _ = reference_outputs(question, index, student_case, verify=False)
-        wants = [np.asarray(ref["weights"]) for ref in refs if np.shape(ref["weights"]) == got.shape]
-        if not wants:
-            continue
-
-        def wrong_heads(want):
-            return [h for h in range(want.shape[1]) if not np.allclose(got[:, h], want[:, h], atol=1e-4)]
-
-        want = min(wants, key=lambda w: len(wrong_heads(w)))
-        bad = wrong_heads(want)
-        if not bad:
-            continue
-        h = bad[0]
-        for other in range(want.shape[1]):
-            if other != h and np.allclose(got[:, h], want[:, other], atol=1e-4):
-                return (f"the weights of head {h} are those of head {other} (on input {case.label}): keep the "
-                        f"heads in order, each with its own parameters")
-        found = weights_problem(got[:, h], case_mask(case.params))
-        return (found or f"the attention weights of head {h} differ from what its own query and key layers "
-                         f"give") + f" (on input {case.label})"
-    return None
-
-
-add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop, _FiniteFillLoop], catalogue=LOOP_MISTAKES,
-    reference_parts=parts(AttentionHead=finite_fill_head),
-    diagnose=first(by_tests(_LOOP_TESTS), _loop_heads_diagnose, lambda q, d: dtype_mix(d)))
+add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop, finite_fill_loop()], catalogue=LOOP_MISTAKES,
+    reference_parts=parts(AttentionHead=lambda: vitref().AttentionHead), diagnose=diagnose)
