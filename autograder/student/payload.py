@@ -126,38 +126,52 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
             emit(wire.frame({"event": "unavailable", "qid": qid,
                              "reason": "not checked: the notebook used up the time limit"}))
             continue
-        _probe_in_fork(q, namespace[q.answer_name], source, budget, emit)
+        _probe_in_fork(q, namespace[q.answer_name], source, budget, emit,
+                       strays=bool(options.get("own_pid_namespace")))
     emit(wire.frame({"event": "done"}))
 
 
 def _stop_strays() -> None:
     """In the sandbox's own pid namespace, every process but its init (1) and this one was
     started by the notebook's cells (background workers, a fork bomb): stop them before the
-    answers are probed."""
-    me = os.getpid()
-    for _ in range(3):
-        others = [int(p) for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
-        if not others:
-            return
-        for pid in others:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
+    answers are probed. ``kill(-1)`` reaches all of them at once (never the caller or init)."""
+    for _ in range(20):
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:                 # ESRCH: nobody left to signal
+            pass
         while True:
             try:
                 if os.waitpid(-1, os.WNOHANG) == (0, 0):
                     break
             except ChildProcessError:
                 break
-        time.sleep(0.01)
+        me = os.getpid()
+        if not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]:
+            return
+        time.sleep(0.02)
 
 
-def _probe_in_fork(q, answer, source, budget: float, emit) -> None:
+def _fork(strays: bool) -> int:
+    """os.fork(), retried after stopping the notebook's stray processes when the process
+    limit is reached (-1 where fork does not exist)."""
+    if not hasattr(os, "fork"):
+        return -1
+    for attempt in range(5):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if not strays or attempt == 4:
+                raise
+            _stop_strays()
+    raise OSError("fork failed")
+
+
+def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False) -> None:
     """Probe ``answer`` in a forked process with the exercise's forbidden functions removed."""
     try:
         ready_r, ready_w = os.pipe()
-        pid = os.fork() if hasattr(os, "fork") else -1
+        pid = _fork(strays)
     except OSError as error:            # no process left (the notebook started too many)
         emit(wire.frame({"event": "unavailable", "qid": q.id,
                          "reason": f"checking {q.answer_name} needs a process and none could be started "
