@@ -2,8 +2,9 @@
 
 One small module per concept; every chapter, exercise check and benchmark uses these.
 Not imported here: the training code (:mod:`vitref.training`, with its entry points
-``vitref.train`` and ``vitref.teacher``), :mod:`vitref.data`, :mod:`vitref.viz` and
-:mod:`vitref.pretrained`.
+``vitref.train`` and ``vitref.teacher``), :mod:`vitref.data`, :mod:`vitref.viz`,
+:mod:`vitref.pretrained` and :mod:`vitref.intuition` (chapter 3's kernel regression and score
+functions, not graded). Each loads on request: ``from vitref import intuition``.
 """
 from pathlib import Path as _Path
 

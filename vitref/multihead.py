@@ -3,10 +3,18 @@
 * :class:`MultiHeadAttentionLoop` is the textbook picture: ``h`` independent
   :class:`~vitref.attention.AttentionHead` modules, outputs concatenated, then ``W^O``.
 * :class:`MultiHeadAttention` computes the same function with one ``qkv`` projection,
-  einops ``rearrange`` and batched matrix products (the slides' Q5): scores, mask, softmax,
-  weighted sum, as chapter 3 does for one head. It is what the models use. Its fast path
-  (nothing masked, no weights requested, on a GPU or for long sequences) calls PyTorch's
-  fused kernel ``F.scaled_dot_product_attention`` instead: the same function, faster.
+  einops ``rearrange`` and batched matrix products (the slides' Q5). It is what the models use.
+  Its ``forward`` computes the attention step by step, for all heads at once, as chapter 3 does
+  for one head: the scores, the mask (:func:`allowed_keys`), a softmax (chapter 3's
+  :func:`~vitref.attention.softmax` when a mask is given, ``torch.softmax`` without one), dropout,
+  and the weighted sum of the values.
+* PyTorch's fused kernel ``F.scaled_dot_product_attention`` is a named fast path, the same
+  function without the weights, taken only in the cases :func:`use_fused_kernel` lists: nothing
+  masked (``causal`` is the kernel's own flag) and no weights requested, on a GPU or for more than
+  :data:`EXPLICIT_MAX_KEYS` keys on a CPU. Every other call, ``return_attention=True`` included,
+  takes the step-by-step path.
+* :class:`CrossAttention` (queries from one sequence, keys and values from another) has the same
+  two paths, chosen by the same function.
 
 :func:`fused_from_loop` copies a loop module's weights into a fused one, so the two can be
 compared number for number.
