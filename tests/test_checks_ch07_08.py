@@ -233,3 +233,29 @@ def test_cross_entropy_own_log_softmax_with_logsumexp_passes():
         return _pick(logits - torch.logsumexp(logits, dim=-1, keepdim=True), targets)
 
     assert autograder.check("cross_entropy", own).passed
+
+
+def test_cross_entropy_constant_factor_is_diagnosed():
+    def halved(logits, targets):
+        log_probs = logits - torch.logsumexp(logits, -1, keepdim=True)
+        return -0.5 * log_probs[torch.arange(len(targets)), targets].mean()
+
+    result = autograder.check("cross_entropy", halved)
+    assert not result.passed and result.mistake is None
+    assert "0.5 times the expected one on every input" in result.feedback
+
+
+def test_vit_wrong_positions_are_diagnosed_before_the_blocks():
+    from answers.realistic_ch07_08 import _ViTBase
+
+    class HalfPositions(_ViTBase):
+        def forward(self, x, return_attention=False):
+            x = self.patch_embed(x)
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + 0.5 * self.pos_embed
+            x, maps = self.run_blocks(x)
+            logits = self.head(self.norm(x)[:, 0])
+            return (logits, maps) if return_attention else logits
+
+    result = autograder.check("vit_forward", HalfPositions)
+    assert not result.passed and result.mistake is None
+    assert "tokens entering the first block are wrong" in result.feedback

@@ -308,6 +308,33 @@ class ViTOnlyLastMap(_ViTBase):
         return (logits, attn) if return_attention else logits
 
 
+@wrong("vit_forward", "same_block_repeated")
+class ViTFirstBlockOnly(_ViTBase):
+    def forward(self, x, return_attention=False):
+        x = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        attentions = []
+        for i in range(len(self.blocks)):
+            x, w = self.blocks[0](x, return_attention=True)
+            attentions.append(w)
+        logits = self.head(self.norm(x)[:, 0])
+        return (logits, attentions) if return_attention else logits
+
+
+@wrong("vit_forward", "words: the logits are right but the attention maps are not")
+class ViTMapsFromSecondCall(_ViTBase):
+    def forward(self, x, return_attention=False):
+        x = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        attentions = []
+        for block in self.blocks:
+            x = block(x)
+            _, w = block(x, return_attention=True)        # weights of a second call, on the block's output
+            attentions.append(w)
+        logits = self.head(self.norm(x)[:, 0])
+        return (logits, attentions) if return_attention else logits
+
+
 @wrong("vit_forward", "words: gradient of the parameter pos_embed")
 class ViTDetachedPositions(_ViTBase):
     def forward(self, x, return_attention=False):
@@ -475,6 +502,19 @@ def ce_one_hot_no_classes(logits, targets):
 def ce_no_minus(logits, targets):
     log_probs = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
     return log_probs[torch.arange(len(targets)), targets].mean()
+
+
+@wrong("cross_entropy", "max_not_added_back")
+def ce_forgot_max(logits, targets):
+    m = logits.max(dim=1, keepdim=True).values
+    log_probs = logits - torch.log(torch.exp(logits - m).sum(dim=1, keepdim=True))
+    return -log_probs[torch.arange(len(targets)), targets].mean()
+
+
+@wrong("cross_entropy", "divided_by_classes")
+def ce_divided_by_classes(logits, targets):
+    log_probs = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    return -log_probs[torch.arange(len(targets)), targets].sum() / logits.shape[1]
 
 
 @wrong("cross_entropy", "no_mean")
@@ -925,6 +965,30 @@ def _wrong_decoder(name, expected, mode, cross=None):
 class DecoderForgotCausal(_DecoderBase):
     def forward(self, x, context, self_mask=None):
         x = x + self.self_attn(self.norm1(x))
+        x = x + self.cross_attn(self.norm2(x), context)
+        return x + self.mlp(self.norm3(x))
+
+
+@wrong("decoder_block", "always_causal")
+class DecoderAlwaysCausal(_DecoderBase):
+    def forward(self, x, context, self_mask=None):
+        x = x + self.self_attn(self.norm1(x), causal=True)
+        x = x + self.cross_attn(self.norm2(x), context)
+        return x + self.mlp(self.norm3(x))
+
+
+@wrong("decoder_block", "self_mask_as_mask")
+class DecoderSelfMaskAsMask(_DecoderBase):
+    def forward(self, x, context, self_mask=None):
+        x = x + self.self_attn(self.norm1(x), mask=self_mask)
+        x = x + self.cross_attn(self.norm2(x), context)
+        return x + self.mlp(self.norm3(x))
+
+
+@wrong("decoder_block", "no_norm_self")
+class DecoderNoNorm1(_DecoderBase):
+    def forward(self, x, context, self_mask=None):
+        x = x + self.self_attn(x, causal=self_mask == "causal")
         x = x + self.cross_attn(self.norm2(x), context)
         return x + self.mlp(self.norm3(x))
 

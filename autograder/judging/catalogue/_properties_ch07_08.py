@@ -78,12 +78,15 @@ def property_anywhere(question, data) -> str | None:
     reached by the gradient) that fails, with the case: more precise than the numbers of
     another case that fail because of it."""
     judge = _judge()
-    for case, student_case in zip(question.cases, data.get("cases") or []):
+    verdicts = case_verdicts(question, data)
+    first_failing = next((i for i, ok in enumerate(verdicts) if ok is False), None)
+    for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
         if student_case.get("error"):
             continue
         found = judge.property_problem(question, case, student_case)
         if found:
-            return f"{found} (on input {case.label})"
+            # the feedback already starts with the first failing case's problem: not said twice
+            return None if index == first_failing else f"{found} (on input {case.label})"
     return None
 
 

@@ -86,6 +86,8 @@ def _vit(mode=None, cls="prepend", positions="after_cls", norm="final", pool="cl
                     tokens = self.norm(tokens)
                 attentions = []
                 for block in self.blocks:
+                    if weights == "same_block":
+                        block = self.blocks[0]
                     tokens, w = block(tokens, return_attention=True)
                     attentions.append(w)
                 if positions == "after_encoder":
@@ -158,6 +160,9 @@ VIT_MISTAKES = [
                  "position too).", dict(positions="patches_only")),
     _vit_mistake("norm_before_blocks", "the final LayerNorm applied before the blocks",
                  "self.norm comes after the last block, just before the head.", dict(norm="before_blocks")),
+    _vit_mistake("same_block_repeated", "the first block applied depth times",
+                 "Run every block once, in order: for block in self.blocks: x, w = block(x, return_attention=True).",
+                 dict(weights="same_block")),
     _vit_mistake("weights_stacked_batch_first", "attention maps stacked as (B, depth, heads, N+1, N+1)",
                  "Return a list with one (B, heads, N+1, N+1) tensor per block (or torch.stack on dim 0).",
                  dict(weights="stack_batch_first")),
@@ -170,8 +175,8 @@ VIT_MISTAKES = [
 
 
 _VIT_TESTS = {
-    "grads": "the outputs are right but the gradients are not: does the output reach the images and every "
-             "parameter through autograd (no .detach(), .data or numpy)?",
+    "grads": "the outputs are right but the gradients are not: the output must reach the images and every "
+             "parameter through autograd (no .detach(), .data or numpy)",
 }
 
 
@@ -303,6 +308,13 @@ CE_MISTAKES = [
     Mistake("gather_wrong_axis", "gather along the batch axis",
             "log_probs.gather(1, targets[:, None]) picks column targets[b] of row b; gather(0, ...) picks rows.",
             _ce(lambda x, t: -_log_softmax(x).gather(0, t[:, None]).squeeze(1).mean())),
+    Mistake("max_not_added_back", "the maximum subtracted inside the exp but not added back",
+            "log(sum(exp(z))) = max(z) + log(sum(exp(z - max(z)))): with the shifted sum, use the shifted logits "
+            "too (z - max - log(sum(exp(z - max)))).",
+            _ce(lambda x, t: -_pick(x - torch.log(torch.exp(_shift(x)).sum(-1, keepdim=True)), t).mean())),
+    Mistake("divided_by_classes", "divided by the number of classes instead of the batch size",
+            "The mean is over the batch: divide the sum of the B picked values by B = logits.shape[0].",
+            _ce(lambda x, t: -_pick(_log_softmax(x), t).sum() / x.shape[1])),
     Mistake("no_mean", "the loss of each example returned, not their mean",
             "Return one number: the mean over the batch, .mean().",
             _ce(lambda x, t: -_pick(_log_softmax(x), t))),
@@ -326,6 +338,27 @@ def _ce_shape(question, data):
     return None
 
 
+def _ce_ratio(question, data):
+    """The same factor between the student's loss and the reference's on every moderate input."""
+    from ..judge import reference_outputs
+
+    ratios = []
+    for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
+        loss = (student_case.get("outputs") or {}).get("loss")
+        if case.params.get("tests") == "large" or loss is None or np.size(loss) != 1:
+            continue
+        references, _ = reference_outputs(question, index, student_case, verify=False)
+        want = float(np.ravel(references[0]["loss"])[0]) if references else 0.0
+        if abs(want) < 1e-6:
+            continue
+        ratios.append(float(np.ravel(loss)[0]) / want)
+    if len(ratios) >= 3 and all(abs(r - ratios[0]) < 1e-4 * max(1.0, abs(ratios[0])) for r in ratios) \
+            and abs(ratios[0] - 1) > 1e-3:
+        return (f"the loss is {ratios[0]:.4g} times the expected one on every input: check the sign and what "
+                f"you divide by (the mean over the B examples of -log p(target))")
+    return None
+
+
 def _ce_not_finite(question, data):
     for case, student_case in zip(question.cases, data.get("cases") or []):
         loss = (student_case.get("outputs") or {}).get("loss")
@@ -335,4 +368,4 @@ def _ce_not_finite(question, data):
     return None
 
 add('cross_entropy', references=_ce_reference, catalogue=CE_MISTAKES,
-    diagnose=standard(_CE_TESTS, _ce_shape, _ce_not_finite))
+    diagnose=standard(_CE_TESTS, _ce_shape, _ce_not_finite, _ce_ratio))

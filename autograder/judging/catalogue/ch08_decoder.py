@@ -254,8 +254,8 @@ _CROSS_TESTS = {
                  "blocked scores with -1e9 (not -inf, which gives 0/0 = NaN for such a query)",
     "weights": "the output is right but the weights returned with return_attention=True are not: return the softmax "
                "weights (B, heads, T, S), after masking",
-    "grads": "the outputs are right but the gradients are not: does the output reach x, context and every "
-             "parameter through autograd (no .detach(), .data or numpy)?",
+    "grads": "the outputs are right but the gradients are not: the output must reach x, context and every "
+             "parameter through autograd (no .detach(), .data or numpy)",
 }
 
 
@@ -356,8 +356,10 @@ def _decoder(mode="right", cross=None):
             def forward(self, x, context, self_mask=None):
                 T = x.shape[1]
                 mask = None
-                if self_mask == "causal" and mode != "no_causal_mask":
+                if (self_mask == "causal" and mode != "no_causal_mask") or mode == "always_causal":
                     mask = _SELF_MASKS.get(mode, _SELF_MASKS["causal"])(T).to(x.device)
+                if mode == "self_mask_as_mask":
+                    mask = self_mask                      # the string "causal": the attention raises
 
                 def self_attention(h):
                     return first_if_tuple(self.self_attn(h, mask=mask)) if mask is not None else first_if_tuple(
@@ -401,6 +403,14 @@ def _decoder(mode="right", cross=None):
                     x = x + cross_attention(x)
                     x = self.norm3(x)
                     return x + self.mlp(x)
+                if mode == "no_norm_self":
+                    x = x + self_attention(x)
+                    x = x + cross_attention(self.norm2(x))
+                    return x + self.mlp(self.norm3(x))
+                if mode == "no_norm_cross":
+                    x = x + self_attention(self.norm1(x))
+                    x = x + cross_attention(x)
+                    return x + self.mlp(self.norm3(x))
                 if mode == "no_norm_mlp":
                     x = x + self_attention(self.norm1(x))
                     x = x + cross_attention(self.norm2(x))
@@ -453,6 +463,18 @@ DEC_MISTAKES = [
          "x = x + sublayer(x) normalises the skip path too.", "norm_in_residual"),
     _dec("no_norm_mlp", "no LayerNorm before the MLP",
          "Each of the three sub-layers reads a normalised input: x + self.mlp(self.norm3(x)).", "no_norm_mlp"),
+    _dec("no_norm_self", "no LayerNorm before the self-attention",
+         "Each of the three sub-layers reads a normalised input: x + self.self_attn(self.norm1(x), causal=causal).",
+         "no_norm_self"),
+    _dec("no_norm_cross", "no LayerNorm before the cross-attention",
+         "Each of the three sub-layers reads a normalised input: x + self.cross_attn(self.norm2(x), context).",
+         "no_norm_cross"),
+    _dec("always_causal", "the self-attention is always causal, even with self_mask=None",
+         "Pass causal=True only when self_mask == 'causal'; with self_mask=None every token sees every token.",
+         "always_causal"),
+    _dec("self_mask_as_mask", "self_mask passed on as the attention mask",
+         "self_mask is the string 'causal' (or None), not a tensor: call self.self_attn(h, causal=(self_mask == "
+         "'causal')).", "self_mask_as_mask"),
     _dec("cross_first", "cross-attention before self-attention",
          "The order is masked self-attention, then cross-attention, then the MLP.", "cross_first"),
     _dec("mlp_before_cross", "the MLP before the cross-attention",
@@ -481,8 +503,8 @@ DEC_MISTAKES += [
 
 _DEC_TESTS = {
     "causal": "with self_mask='causal' the outputs at earlier positions must not depend on later tokens",
-    "grads": "the outputs are right but the gradients are not: does the output reach x, context and every "
-             "parameter through autograd (no .detach(), .data or numpy)?",
+    "grads": "the outputs are right but the gradients are not: the output must reach x, context and every "
+             "parameter through autograd (no .detach(), .data or numpy)",
 }
 
 
