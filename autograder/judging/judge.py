@@ -95,7 +95,8 @@ class JudgeCase(ProbeCase):
         student, values = student_params(records[index], seed, index, verify=self.verify)
         target = module_params(module)
         states = _candidate_cache(self.question.id, target, student, values, heads, head_width,
-                                  records[index]["params"], seed, index)
+                                  records[index]["params"], seed, index,
+                                  layouts=self.case.params.get("fused_layouts"))
         self.candidates_seen = max(self.candidates_seen, len(states))
         if self.candidate >= len(states):
             raise NoMoreCandidates()
@@ -112,15 +113,16 @@ class JudgeCase(ProbeCase):
 _STATE_CACHE: OrderedDict = OrderedDict()
 
 
-def _candidate_cache(qid, target, student, values, heads, head_width, record_params, seed, index):
+def _candidate_cache(qid, target, student, values, heads, head_width, record_params, seed, index, layouts=None):
     key = (qid, tuple((p.name, p.shape) for p in target), tuple(map(lambda p: (p[0], tuple(p[1]), p[2]),
                                                                    record_params)),
-           heads, head_width, seed, index)
+           heads, head_width, seed, index, layouts)
     if key in _STATE_CACHE:
         _STATE_CACHE.move_to_end(key)
         return _STATE_CACHE[key]
     try:
-        states = list(candidate_state_dicts(target, student, values, heads, head_width, limit=MAX_CANDIDATES))
+        states = list(candidate_state_dicts(target, student, values, heads, head_width, limit=MAX_CANDIDATES,
+                                            layouts=layouts))
     except AlignmentError as error:
         states = []
         failure = error
@@ -226,18 +228,29 @@ def _same_error(a: dict | None, b: dict | None) -> bool:
 
 
 def match_mistake(question: Question, data: dict, verify: bool = True):
-    """The first catalogue entry whose outputs equal the student's on every case, or None."""
+    """The first catalogue entry whose outputs equal the student's on every case, or None.
+
+    Where the student's code raised, an entry that raised the same exception there (type and
+    message) is preferred to one that raised the same type, and that to one that raised
+    another (two mistakes may fail on the same inputs: a class token not repeated over the
+    batch and attention maps stacked the wrong way)."""
+    best, best_rank = None, 0
     for mistake, answer in mistake_answers(question):
-        if _matches(question, answer, data, verify):
+        rank = _matches(question, answer, data, verify)
+        if rank == 3:
             return mistake
-    return None
+        if rank > best_rank:
+            best, best_rank = mistake, rank
+    return best
 
 
-def _matches(question, answer, data, verify) -> bool:
+def _matches(question, answer, data, verify) -> int:
     """A catalogue answer matches when, on every case, it returns the student's outputs or
     raises where the student's code raised; and either some outputs agreed or every
-    exception is identical in type and message (so "raises everywhere" alone names nothing)."""
-    outputs_agreed, messages_identical = 0, True
+    exception is identical in type and message (so "raises everywhere" alone names nothing).
+    3: a match whose exceptions (if any) are the student's, type and message; 2: of the
+    student's types; 1: another match; 0: none."""
+    outputs_agreed, messages_identical, types_identical = 0, True, True
     for index, student_case in enumerate(data["cases"]):
         agreed = False
         candidate = 0
@@ -252,6 +265,8 @@ def _matches(question, answer, data, verify) -> bool:
                 agreed = bool(error)
                 if agreed and not _same_error(student_error, error):
                     messages_identical = False
+                if agreed and student_error.get("type") != error.get("type"):
+                    types_identical = False
             else:
                 agreed = outputs is not None and outputs_equal(student_case["outputs"], outputs)
                 if agreed:
@@ -262,8 +277,10 @@ def _matches(question, answer, data, verify) -> bool:
             if count <= candidate:
                 break
         if not agreed:
-            return False
-    return outputs_agreed > 0 or messages_identical
+            return 0
+    if not (outputs_agreed > 0 or messages_identical):
+        return 0
+    return 3 if messages_identical else 2 if types_identical else 1
 
 
 # --------------------------------------------------------------------------- the verdict

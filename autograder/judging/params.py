@@ -316,8 +316,12 @@ def describe_params(params: list[P], dims: dict | None = None) -> str:
 
 
 def candidate_state_dicts(target_params: list[P], student: list[P], values: dict, heads: int | None,
-                          head_width: int | None = None, limit: int = 18):
-    """Yield state dicts (name -> array) for the target module built from the student's values."""
+                          head_width: int | None = None, limit: int = 18, layouts: int | None = None):
+    """Yield state dicts (name -> array) for the target module built from the student's values.
+
+    ``layouts``: how many of the fused layouts (:data:`QKV_LAYOUTS`, :data:`KV_LAYOUTS`, the
+    canonical one first) a fused projection may have: ``1`` where the exercise fixes the
+    layout (a case's ``params["fused_layouts"]``), all of them by default."""
     t_plain, t_groups = split_units(target_params)
     s_plain, s_groups = split_units(student)
     if len(t_groups) != len(s_groups):
@@ -332,11 +336,12 @@ def candidate_state_dicts(target_params: list[P], student: list[P], values: dict
         raise AlignmentError("the parameters do not match the reference's")
     has_fused = any(set(g.roles) & {"qkv", "kv"} for g in s_groups)
     has_square_raw = any(p.raw and len(p.shape) == 2 and p.shape[0] == p.shape[1] for p in student)
-    layouts = range(len(QKV_LAYOUTS)) if has_fused else range(1)
+    allowed = len(QKV_LAYOUTS) if layouts is None else max(1, min(int(layouts), len(QKV_LAYOUTS)))
+    layout_range = range(allowed) if has_fused else range(1)
     transposes = (False, True) if has_square_raw else (False,)
     count = 0
     last_error = None
-    for mapping, layout, transpose in itertools.product(mappings, layouts, transposes):
+    for mapping, layout, transpose in itertools.product(mappings, layout_range, transposes):
         try:
             state = {}
             for t, s in zip(t_plain, mapping):

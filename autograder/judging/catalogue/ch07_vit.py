@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from einops import rearrange
@@ -11,6 +12,7 @@ from torch import nn
 from ..model import Mistake
 from . import add
 from ._common import parts, vitref
+from ._properties_ch07_08 import first_wrong_output, standard
 from ...questions.ch07_vit import (  # noqa: F401
     CE_CASES,
     VIT_CASES,
@@ -28,7 +30,31 @@ def _vit_reference():
     return [Reference]
 
 
-def _vit(mode):
+def _with_class_token(tokens, cls_token, mode):
+    """The class token joined to the patch tokens ``(B, N, D)`` as a student may write it (the
+    same forms as q3's catalogue: prepended, appended, added, not repeated over the batch)."""
+    if mode == "not_repeated":
+        return torch.cat([cls_token, tokens], dim=1)
+    cls = cls_token.expand(tokens.shape[0], -1, -1)
+    if mode == "at_end":
+        return torch.cat([tokens, cls], dim=1)
+    if mode == "added":
+        return tokens + cls
+    return torch.cat([cls, tokens], dim=1)
+
+
+def _vit(mode=None, cls="prepend", positions="after_cls", norm="final", pool="cls", weights="list"):
+    """A ViT forward as a student may write it. ``positions``: "after_cls" (right), "none",
+    "after_encoder", "patches_only" (pos_embed[:, 1:] added before the class token, which gets
+    none), "sliced" (pos_embed[:, :tokens]), "sliced_tail" (pos_embed[:, 1:] after the class
+    token was added); ``norm``: "final", "none", "before_blocks", "after_pool"; ``pool``: "cls",
+    "mean", "patch_mean", "last"; ``weights`` (returned attention maps): "list", "stack_batch_first",
+    "mean_heads", "last_tensor", "last_list"."""
+    legacy = {"no_positions": dict(positions="none"), "no_final_norm": dict(norm="none"),
+              "mean_pool": dict(pool="mean"), "last_token": dict(pool="last"), "patch_mean": dict(pool="patch_mean")}
+    if mode is not None:
+        return _vit(**legacy[mode])
+
     def build(parts):
         Block = parts.TransformerEncoderBlock
 
@@ -47,35 +73,67 @@ def _vit(mode):
 
             def forward(self, x, return_attention=False):
                 tokens = rearrange(self.patch_embed.proj(x), "b d h w -> b (h w) d")
-                cls = self.cls_token.expand(x.shape[0], -1, -1)
-                tokens = torch.cat([cls, tokens], dim=1)
-                if mode != "no_positions":
+                if positions == "patches_only":
+                    tokens = tokens + self.pos_embed[:, 1:]
+                tokens = _with_class_token(tokens, self.cls_token, cls)
+                if positions == "after_cls":
                     tokens = tokens + self.pos_embed
+                elif positions == "sliced":
+                    tokens = tokens + self.pos_embed[:, :tokens.shape[1]]
+                elif positions == "sliced_tail":
+                    tokens = tokens + self.pos_embed[:, 1:]
+                if norm == "before_blocks":
+                    tokens = self.norm(tokens)
                 attentions = []
                 for block in self.blocks:
-                    tokens, weights = block(tokens, return_attention=True)
-                    attentions.append(weights)
-                if mode != "no_final_norm":
+                    if weights == "same_block":
+                        block = self.blocks[0]
+                    tokens, w = block(tokens, return_attention=True)
+                    attentions.append(w)
+                if positions == "after_encoder":
+                    tokens = tokens + self.pos_embed
+                if norm == "final":
                     tokens = self.norm(tokens)
-                if mode == "mean_pool":
+                if pool == "mean":
                     features = tokens.mean(dim=1)
-                elif mode == "last_token":
+                elif pool == "last":
                     features = tokens[:, -1]
-                elif mode == "patch_mean":
+                elif pool == "patch_mean":
                     features = tokens[:, 1:].mean(dim=1)
                 else:
                     features = tokens[:, 0]
+                if norm == "after_pool":
+                    features = self.norm(features)
                 logits = self.head(features)
-                return (logits, attentions) if return_attention else logits
+                if not return_attention:
+                    return logits
+                if weights == "stack_batch_first":
+                    maps = torch.stack(attentions, dim=1)
+                elif weights == "mean_heads":
+                    maps = [w.mean(dim=1) for w in attentions]
+                elif weights == "last_tensor":
+                    maps = attentions[-1]
+                elif weights == "last_list":
+                    maps = attentions[-1:]
+                else:
+                    maps = attentions
+                return logits, maps
         return ViT
     return build
 
 
 _VIT_PARTS = ("TransformerEncoderBlock",)
+_CLS_HINT = "Prepend it: torch.cat([self.cls_token.expand(B, -1, -1), tokens], dim=1) gives (B, N+1, dim)."
+
+
+def _vit_mistake(key, title, hint, *forms):
+    return Mistake(key, title, hint, _vit(**forms[0]), _VIT_PARTS, also=tuple(_vit(**f) for f in forms[1:]))
+
 
 VIT_MISTAKES = [
     Mistake("mean_pool", "classified from the mean of all tokens",
-            "The head reads the class token only: self.head(self.norm(x)[:, 0]).", _vit("mean_pool"), _VIT_PARTS),
+            "The head reads the class token only: self.head(self.norm(x)[:, 0]).", _vit("mean_pool"), _VIT_PARTS,
+            also=(_vit(pool="mean", norm="after_pool"),)),
     Mistake("patch_mean", "classified from the mean of the patch tokens",
             "The head reads the class token only: self.head(self.norm(x)[:, 0]).", _vit("patch_mean"), _VIT_PARTS),
     Mistake("last_token", "classified from the last token instead of the class token",
@@ -85,7 +143,65 @@ VIT_MISTAKES = [
             _vit("no_final_norm"), _VIT_PARTS),
     Mistake("no_positions", "position embeddings not added",
             "Add self.pos_embed (1, N+1, dim) after prepending the class token.", _vit("no_positions"), _VIT_PARTS),
+    _vit_mistake("cls_added", "class token added to every patch instead of prepended",
+                 "Concatenate it as an extra token (N + 1 tokens), do not add it. " + _CLS_HINT,
+                 dict(cls="added"), dict(cls="added", positions="sliced"), dict(cls="added", positions="sliced_tail")),
+    _vit_mistake("cls_at_end", "class token appended after the patches",
+                 "The class token is token 0, the one the head reads. " + _CLS_HINT,
+                 dict(cls="at_end"), dict(cls="at_end", pool="last")),
+    _vit_mistake("cls_not_repeated", "class token not repeated over the batch",
+                 "self.cls_token is (1, 1, dim): expand it to (B, 1, dim) before torch.cat, or batches larger than "
+                 "1 fail.", dict(cls="not_repeated")),
+    _vit_mistake("positions_after_encoder", "position embeddings added after the blocks",
+                 "Positions are part of the input: add self.pos_embed right after prepending the class token, before "
+                 "the first block.", dict(positions="after_encoder")),
+    _vit_mistake("positions_before_cls", "positions added to the patches only, before the class token",
+                 "Prepend the class token first, then add all N + 1 rows of self.pos_embed (the class token has a "
+                 "position too).", dict(positions="patches_only")),
+    _vit_mistake("norm_before_blocks", "the final LayerNorm applied before the blocks",
+                 "self.norm comes after the last block, just before the head.", dict(norm="before_blocks")),
+    _vit_mistake("same_block_repeated", "the first block applied depth times",
+                 "Run every block once, in order: for block in self.blocks: x, w = block(x, return_attention=True).",
+                 dict(weights="same_block")),
+    _vit_mistake("weights_stacked_batch_first", "attention maps stacked as (B, depth, heads, N+1, N+1)",
+                 "Return a list with one (B, heads, N+1, N+1) tensor per block (or torch.stack on dim 0).",
+                 dict(weights="stack_batch_first")),
+    _vit_mistake("weights_averaged", "attention maps averaged over the heads",
+                 "Keep every head: each block's weights are (B, heads, N+1, N+1).", dict(weights="mean_heads")),
+    _vit_mistake("weights_last_block", "only the last block's attention maps returned",
+                 "Collect the weights of every block in the loop: a list of depth tensors.",
+                 dict(weights="last_tensor"), dict(weights="last_list")),
 ]
+
+
+_VIT_TESTS = {
+    "grads": "the outputs are right but the gradients are not: the output must reach the images and every "
+             "parameter through autograd (no .detach(), .data or numpy)",
+}
+
+
+def _vit_outputs_diagnose(question, data):
+    """Which output is first wrong: the attention maps of block 0 depend only on the tokens
+    entering the blocks; the logits on everything."""
+    found = first_wrong_output(question, data)
+    if found is None:
+        return None
+    case, wrong = found
+    maps = [name for name in wrong if name.startswith("attention map")]
+    logits = [name for name in wrong if name.startswith("logits")]
+    if maps and not logits:
+        return ("the logits are right but the attention maps are not: return each block's weights "
+                "(B, heads, N+1, N+1), in block order, as a list")
+    if "attention map of block 0" in wrong:
+        return ("the tokens entering the first block are wrong (its attention maps differ): check the patch "
+                "embedding, the class token (prepended as token 0, one copy per image) and the positions (added "
+                "to all N + 1 tokens)")
+    if logits and not maps:
+        return ("the blocks see the right tokens (every attention map is right) but the logits are wrong: after "
+                "the last block apply self.norm, then self.head to the class token (position 0)")
+    if logits == ["logits (return_attention=True)"]:
+        return "the logits with return_attention=True differ from those without it: both calls must compute the same"
+    return None
 
 
 def _vit_block_part():
@@ -95,7 +211,9 @@ def _vit_block_part():
         return v.TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
     return TransformerEncoderBlock
 
-add('vit_forward', references=_vit_reference, catalogue=VIT_MISTAKES, reference_parts=parts(TransformerEncoderBlock=_vit_block_part))
+add('vit_forward', references=_vit_reference, catalogue=VIT_MISTAKES,
+    reference_parts=parts(TransformerEncoderBlock=_vit_block_part),
+    diagnose=standard(_VIT_TESTS, _vit_outputs_diagnose))
 
 
 def _ce_reference():
@@ -122,6 +240,17 @@ def _pick(values, targets):
     return values[torch.arange(values.shape[0]), targets]
 
 
+def _global_max_shift(x, t):
+    # in float32, as the student's code runs on the large-logit inputs (exp underflows at -104 there,
+    # at -745 in the grader's float64)
+    shifted = (x - x.max()).float()
+    return -_pick(shifted - torch.log(torch.exp(shifted).sum(-1, keepdim=True)), t).mean().to(x.dtype)
+
+
+def _shift(x):
+    return x - x.amax(dim=-1, keepdim=True)
+
+
 CE_MISTAKES = [
     Mistake("no_log_softmax", "the logits used directly, without log-softmax",
             "The loss of one example is -log softmax(logits)[target] = logsumexp(logits) - logits[target].",
@@ -131,7 +260,8 @@ CE_MISTAKES = [
             _ce(lambda x, t: -_pick(_log_softmax(x), t).sum())),
     Mistake("not_stable", "not numerically stable: exp of large logits overflows",
             "log(softmax(x)) with exp(1000) gives inf/NaN; subtract the maximum first (or use logsumexp).",
-            _ce(lambda x, t: -torch.log(_pick(torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), t)).mean())),
+            _ce(lambda x, t: -torch.log(_pick(torch.exp(x) / torch.exp(x).sum(-1, keepdim=True), t)).mean()),
+            also=(_ce(lambda x, t: -_pick(x - torch.log(torch.exp(x).sum(-1, keepdim=True)), t).mean()),)),
     Mistake("log_of_softmax", "log of the softmax probabilities: underflows for large logits",
             "softmax(x) of a very unlikely class is exactly 0 in floating point and log(0) = -inf; compute "
             "the log-probabilities directly: x - max - log(sum(exp(x - max))).",
@@ -154,6 +284,88 @@ CE_MISTAKES = [
     Mistake("probabilities_not_log", "probabilities instead of log-probabilities",
             "Take the log: the loss is -log p(target), not -p(target).",
             _ce(lambda x, t: -_pick(torch.exp(_log_softmax(x)), t).mean())),
+    Mistake("global_max_shift", "shifted by the largest logit of the whole batch, not of each row",
+            "x - x.max() leaves rows whose logits are far below the batch's maximum with exp(...) = 0 and "
+            "log(0) = -inf; subtract each row's own maximum: x.amax(dim=-1, keepdim=True).",
+            _ce(_global_max_shift)),
+    Mistake("normaliser_over_batch", "log-sum-exp over the whole batch instead of each row",
+            "Each example has its own normaliser: sum over the classes only, .sum(dim=-1, keepdim=True).",
+            _ce(lambda x, t: -_pick(_shift(x) - torch.log(torch.exp(_shift(x)).sum()), t).mean())),
+    Mistake("no_keepdim", "max or log-sum-exp without keepdim=True: (B,) broadcast against (B, C)",
+            "A per-row value of shape (B,) lines up with the class axis of (B, C); keep the axis: "
+            "keepdim=True gives (B, 1).",
+            _ce(lambda x, t: -_pick(x - torch.logsumexp(x, dim=-1), t).mean()),
+            also=(_ce(lambda x, t: -_pick(_log_softmax(x - x.max(dim=-1).values), t).mean()),
+                  _ce(lambda x, t: -_pick(_shift(x) - torch.log(torch.exp(_shift(x)).sum(dim=-1)), t).mean()))),
+    Mistake("one_hot_mean_over_all", "one-hot product averaged over all B * C entries",
+            "(one_hot * log_probs) has one nonzero per row: sum over the classes, then average over the batch: "
+            ".sum(dim=-1).mean().",
+            _ce(lambda x, t: -(F.one_hot(t, x.shape[-1]).to(x.dtype) * _log_softmax(x)).mean())),
+    Mistake("one_hot_without_num_classes", "F.one_hot(targets) without num_classes",
+            "F.one_hot(targets) has max(targets) + 1 columns, fewer than C when the largest class is absent from "
+            "the batch: pass num_classes=logits.shape[-1].",
+            _ce(lambda x, t: -(F.one_hot(t).to(x.dtype) * _log_softmax(x)).sum(-1).mean())),
+    Mistake("gather_wrong_axis", "gather along the batch axis",
+            "log_probs.gather(1, targets[:, None]) picks column targets[b] of row b; gather(0, ...) picks rows.",
+            _ce(lambda x, t: -_log_softmax(x).gather(0, t[:, None]).squeeze(1).mean())),
+    Mistake("max_not_added_back", "the maximum subtracted inside the exp but not added back",
+            "log(sum(exp(z))) = max(z) + log(sum(exp(z - max(z)))): with the shifted sum, use the shifted logits "
+            "too (z - max - log(sum(exp(z - max)))).",
+            _ce(lambda x, t: -_pick(x - torch.log(torch.exp(_shift(x)).sum(-1, keepdim=True)), t).mean())),
+    Mistake("divided_by_classes", "divided by the number of classes instead of the batch size",
+            "The mean is over the batch: divide the sum of the B picked values by B = logits.shape[0].",
+            _ce(lambda x, t: -_pick(_log_softmax(x), t).sum() / x.shape[1])),
+    Mistake("no_mean", "the loss of each example returned, not their mean",
+            "Return one number: the mean over the batch, .mean().",
+            _ce(lambda x, t: -_pick(_log_softmax(x), t))),
 ]
 
-add('cross_entropy', references=_ce_reference, catalogue=CE_MISTAKES)
+
+_CE_TESTS = {
+    "large": "the loss is right for moderate logits but not for logits near +-1000: the log-softmax overflows or "
+             "underflows; compute it as z - max(z) - log(sum(exp(z - max(z)))) with the maximum of each row",
+    "grads": "the loss is right but its gradient with respect to the logits is not: compute it with torch "
+             "operations on the logits (no .detach(), .data, numpy or .item())",
+}
+
+
+def _ce_shape(question, data):
+    for case, student_case in zip(question.cases, data.get("cases") or []):
+        loss = (student_case.get("outputs") or {}).get("loss")
+        if loss is not None and np.shape(loss) not in ((), (1,)):
+            return (f"the loss should be a single number (the mean over the batch), got shape {np.shape(loss)} "
+                    f"on input {case.label}")
+    return None
+
+
+def _ce_ratio(question, data):
+    """The same factor between the student's loss and the reference's on every moderate input."""
+    from ..judge import reference_outputs
+
+    ratios = []
+    for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
+        loss = (student_case.get("outputs") or {}).get("loss")
+        if case.params.get("tests") == "large" or loss is None or np.size(loss) != 1:
+            continue
+        references, _ = reference_outputs(question, index, student_case, verify=False)
+        want = float(np.ravel(references[0]["loss"])[0]) if references else 0.0
+        if abs(want) < 1e-6:
+            continue
+        ratios.append(float(np.ravel(loss)[0]) / want)
+    if len(ratios) >= 3 and all(abs(r - ratios[0]) < 1e-4 * max(1.0, abs(ratios[0])) for r in ratios) \
+            and abs(ratios[0] - 1) > 1e-3:
+        return (f"the loss is {ratios[0]:.4g} times the expected one on every input: check the sign and what "
+                f"you divide by (the mean over the B examples of -log p(target))")
+    return None
+
+
+def _ce_not_finite(question, data):
+    for case, student_case in zip(question.cases, data.get("cases") or []):
+        loss = (student_case.get("outputs") or {}).get("loss")
+        if loss is not None and not np.all(np.isfinite(np.asarray(loss, dtype=np.float64))):
+            return (f"the loss is {float(np.ravel(loss)[0])} on input {case.label}: the log-softmax overflows or "
+                    f"underflows; subtract each row's maximum before exp and never take log(softmax)")
+    return None
+
+add('cross_entropy', references=_ce_reference, catalogue=CE_MISTAKES,
+    diagnose=standard(_CE_TESTS, _ce_shape, _ce_not_finite, _ce_ratio))

@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 
+import dataclasses
 import math
 
+import numpy as np
 import torch
 from einops import rearrange
 from torch import nn
@@ -11,6 +13,7 @@ from torch import nn
 from ..model import Mistake
 from . import add
 from ._common import first_if_tuple, mistaken_mask_softmax, parts, vitref
+from ._properties_ch07_08 import case_verdicts, first, standard, weights_problem
 from ...questions.ch08_decoder import (  # noqa: F401
     CROSS_CASES,
     DEC_CASES,
@@ -18,7 +21,10 @@ from ...questions.ch08_decoder import (  # noqa: F401
     _run_cross,
     _run_decoder,
     _run_mask,
+    cross_mask,
 )
+
+# --------------------------------------------------------------------------- causal mask
 
 
 def _mask_reference():
@@ -35,30 +41,101 @@ def _mask(fn):
     return build
 
 
+def _ones(T):
+    return torch.ones(T, T, dtype=torch.bool)
+
+
 MASK_MISTAKES = [
     Mistake("upper_triangular", "upper triangle: queries see the future",
             "Query t (row) may attend keys s <= t (columns): the lower triangle, torch.tril.",
-            _mask(lambda T: torch.ones(T, T, dtype=torch.bool).triu())),
+            _mask(lambda T: _ones(T).triu())),
     Mistake("diagonal_excluded", "the diagonal is excluded",
             "A token may attend itself: s <= t includes s = t (torch.tril with diagonal=0).",
-            _mask(lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1))),
+            _mask(lambda T: _ones(T).tril(-1))),
     Mistake("inverted", "True where attention is blocked",
             "The mask is 1/True where a query MAY attend (s <= t), 0/False where it is blocked.",
-            _mask(lambda T: torch.ones(T, T, dtype=torch.bool).triu(1))),
+            _mask(lambda T: _ones(T).triu(1))),
     Mistake("one_step_ahead", "tril(diagonal=1): each query also sees the next position",
             "Keys s <= t only: torch.tril(torch.ones(T, T)) with the default diagonal=0.",
-            _mask(lambda T: torch.ones(T, T, dtype=torch.bool).tril(1))),
+            _mask(lambda T: _ones(T).tril(1))),
     Mistake("additive", "an additive mask (0 allowed, -inf blocked)",
             "This question asks for 1/True where a query may attend and 0/False elsewhere.",
-            _mask(lambda T: torch.zeros(T, T).masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1),
-                                                          float("-inf")))),
+            _mask(lambda T: torch.zeros(T, T).masked_fill(_ones(T).triu(1), float("-inf"))),
+            also=(_mask(lambda T: torch.zeros(T, T).masked_fill(_ones(T).triu(1), -1e9)),
+                  _mask(lambda T: torch.ones(T, T).tril().masked_fill(_ones(T).triu(1), float("-inf"))))),
+    Mistake("extra_axes", "the mask has extra leading axes",
+            "Return the (T, T) matrix itself; the attention broadcasts it over batches and heads.",
+            _mask(lambda T: _ones(T).tril()[None]), also=(_mask(lambda T: _ones(T).tril()[None, None]),)),
 ]
 
-add('causal_mask', references=_mask_reference, catalogue=MASK_MISTAKES)
+
+def _mask_diagnose(question, data):
+    """Read the student's (T, T) mask directly."""
+    for case, student_case in zip(question.cases, data.get("cases") or []):
+        mask = (student_case.get("outputs") or {}).get("mask")
+        T = case.params["T"]
+        if mask is None or T < 2:
+            continue
+        mask = np.asarray(mask, dtype=np.float64)
+        if mask.shape != (T, T):
+            if mask.size == T * T:
+                return f"the mask should have shape (T, T) = ({T}, {T}), got {mask.shape}"
+            return None
+        if not np.isin(mask, (0.0, 1.0)).all():
+            return "the mask should hold only 1/True (may attend) and 0/False (blocked)"
+        rows, cols = np.indices((T, T))
+        allowed = mask != 0
+        if (allowed & (cols > rows)).any():
+            t, s = np.argwhere(allowed & (cols > rows))[0]
+            return f"the mask lets query {t} attend the later key {s}: keys s > t (the future) must be blocked"
+        if (~allowed & (cols <= rows)).any():
+            t, s = np.argwhere(~allowed & (cols <= rows))[0]
+            return f"the mask blocks query {t} from key {s} <= {t}: every key s <= t (itself included) is allowed"
+    return None
+
+
+add('causal_mask', references=_mask_reference, catalogue=MASK_MISTAKES, diagnose=_mask_diagnose)
+
+# --------------------------------------------------------------------------- cross-attention
+
+
+class _FiniteFillCross(nn.Module):
+    """The exercise's cross-attention: blocked scores filled with -1e9, so a query whose context
+    positions are all blocked gets uniform weights. vitref's gives it zero weights and an
+    additive mask (scores - 1e9 where blocked) its unmasked weights: all three are accepted
+    for such a query, NaN is not."""
+
+    additive = False
+
+    def __init__(self, emb_size, num_heads, context_dim=None):
+        super().__init__()
+        self.num_heads = num_heads
+        self.query = nn.Linear(emb_size, emb_size)
+        self.key_value = nn.Linear(context_dim or emb_size, 2 * emb_size)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, context, mask=None, return_attention=False):
+        q = rearrange(self.query(x), "b t (h d) -> b h t d", h=self.num_heads)
+        k, v = rearrange(self.key_value(context), "b s (kv h d) -> kv b h s d", kv=2, h=self.num_heads)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+        if mask is not None and self.additive:
+            scores = scores + ((mask != 0).to(scores.dtype) - 1) * 1e9
+        elif mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = torch.softmax(scores, dim=-1)
+        out = self.projection(rearrange(weights @ v, "b h t d -> b t (h d)"))
+        return (out, weights) if return_attention else out
+
+
+class _AdditiveCross(_FiniteFillCross):
+    additive = True
 
 
 def _cross(queries="x", keys="context", scale="head", softmax_dim=-1, project=True, merge="b h t d -> b t (h d)",
-           mask_mode="fill"):
+           mask_mode="fill", fill=-1e9, kv_layout="kv h d", heads=True, returned="weights"):
+    """A cross-attention as a student may write it. ``merge`` "reshape": (B, h, T, d) reshaped
+    to (B, T, E) without moving the heads axis; ``heads=False``: one head over all E features;
+    ``returned``: what return_attention=True returns ("weights", "scores", "mean_heads")."""
     def build(parts):
         class CrossAttention(nn.Module):
             def __init__(self, emb_size, num_heads, context_dim=None):
@@ -72,48 +149,152 @@ def _cross(queries="x", keys="context", scale="head", softmax_dim=-1, project=Tr
             def forward(self, x, context, mask=None, return_attention=False):
                 source_q = x if queries == "x" else context
                 source_kv = context if keys == "context" else x
-                q = rearrange(self.query(source_q), "b t (h d) -> b h t d", h=self.num_heads)
-                k, v = rearrange(self.key_value(source_kv), "b s (kv h d) -> kv b h s d", kv=2, h=self.num_heads)
+                h = self.num_heads if heads else 1
+                q = rearrange(self.query(source_q), "b t (h d) -> b h t d", h=h)
+                k, v = rearrange(self.key_value(source_kv), f"b s ({kv_layout}) -> kv b h s d", kv=2, h=h)
                 scores = q @ k.transpose(-2, -1)
                 scaling = {"head": math.sqrt(self.emb_size // self.num_heads), "emb": math.sqrt(self.emb_size),
                            None: 1.0}[scale]
-                weights = mistaken_mask_softmax(scores / scaling, mask, mask_mode, softmax_dim)
-                out = rearrange(weights @ v, merge)
+                weights = mistaken_mask_softmax(scores / scaling, mask, mask_mode, softmax_dim, fill)
+                if merge == "reshape":
+                    b, _, t, _ = weights.shape
+                    out = (weights @ v).reshape(b, t, self.emb_size)
+                else:
+                    out = rearrange(weights @ v, merge)
                 out = self.projection(out) if project else out
-                return (out, weights) if return_attention else out
+                if not return_attention:
+                    return out
+                if returned == "scores":            # the scaled (and masked) scores, before the softmax
+                    return out, mistaken_mask_softmax_input(scores / scaling, mask, mask_mode, fill)
+                if returned == "raw_scores":
+                    return out, scores / scaling
+                if returned == "mean_heads":
+                    return out, weights.mean(dim=1)
+                return out, weights
         return CrossAttention
     return build
 
 
+def mistaken_mask_softmax_input(scores, mask, mask_mode, fill):
+    """The scores as ``mistaken_mask_softmax`` feeds them to the softmax."""
+    if mask is not None and mask_mode == "fill":
+        return scores.masked_fill(mask == 0, fill)
+    if mask is not None and mask_mode == "inverted":
+        return scores.masked_fill(mask != 0, fill)
+    return scores
+
+
+def _cross_mistake(key, title, hint, **options):
+    """A cross-attention mistake, also in the form with -inf fills (NaN for a query whose
+    context positions are all blocked): students write both."""
+    return Mistake(key, title, hint, _cross(**options), also=(_cross(**options, fill=float("-inf")),))
+
+
 CROSS_MISTAKES = [
-    Mistake("keys_from_decoder", "keys and values computed from the decoder tokens x",
-            "In cross-attention the queries come from x (the decoder) and the keys and values from context "
-            "(the encoder output): self.key_value(context).", _cross(keys="x")),
-    Mistake("queries_from_context", "queries computed from the context",
-            "Queries come from the decoder tokens x, so the output has one row per decoder token (B, T, E).",
-            _cross(queries="context")),
-    Mistake("no_scaling", "missing the 1/sqrt(head_dim) scaling",
-            "Divide the scores by sqrt(head_dim) before the softmax.", _cross(scale=None)),
-    Mistake("scale_by_emb", "scaled by sqrt(emb_size) instead of sqrt(head_dim)",
-            "Each head's dot products have head_dim = emb_size // num_heads terms.", _cross(scale="emb")),
-    Mistake("softmax_over_queries", "softmax over the queries axis",
-            "Each query's weights sum to 1 over the context positions: softmax(dim=-1).", _cross(softmax_dim=-2)),
-    Mistake("no_projection", "the output projection is missing",
-            "After merging the heads apply self.projection.", _cross(project=False)),
-    Mistake("merge_d_h", "heads merged in the wrong order, (d h)",
-            "Merge with 'b h t d -> b t (h d)'.", _cross(merge="b h t d -> b t (d h)")),
+    _cross_mistake("keys_from_decoder", "keys and values computed from the decoder tokens x",
+                   "In cross-attention the queries come from x (the decoder) and the keys and values from context "
+                   "(the encoder output): self.key_value(context).", keys="x"),
+    _cross_mistake("queries_from_context", "queries computed from the context",
+                   "Queries come from the decoder tokens x, so the output has one row per decoder token (B, T, E).",
+                   queries="context"),
+    _cross_mistake("no_scaling", "missing the 1/sqrt(head_dim) scaling",
+                   "Divide the scores by sqrt(head_dim) before the softmax.", scale=None),
+    _cross_mistake("scale_by_emb", "scaled by sqrt(emb_size) instead of sqrt(head_dim)",
+                   "Each head's dot products have head_dim = emb_size // num_heads terms.", scale="emb"),
+    _cross_mistake("softmax_over_queries", "softmax over the queries axis",
+                   "Each query's weights sum to 1 over the context positions: softmax(dim=-1).", softmax_dim=-2),
+    _cross_mistake("no_projection", "the output projection is missing",
+                   "After merging the heads apply self.projection.", project=False),
+    _cross_mistake("merge_d_h", "heads merged in the wrong order, (d h)",
+                   "Merge with 'b h t d -> b t (h d)'.", merge="b h t d -> b t (d h)"),
+    _cross_mistake("reshape_without_permute", "(B, h, T, d) reshaped to (B, T, E) without moving the heads axis",
+                   "out.reshape(B, T, E) on a (B, h, T, d) tensor mixes tokens and heads; move the axes first: "
+                   "rearrange(out, 'b h t d -> b t (h d)') or out.transpose(1, 2).reshape(B, T, E).",
+                   merge="reshape"),
+    Mistake("kv_layout", "keys and values split from key_value in another layout than (kv h d)",
+            "The exercise lays key_value out as (kv h d): all keys (head by head), then all values, so "
+            "rearrange(self.key_value(context), 'b s (kv h d) -> kv b h s d', kv=2, h=h), or k, v = "
+            "self.key_value(context).chunk(2, dim=-1) before splitting the heads.",
+            _cross(kv_layout="h kv d"),
+            also=(_cross(kv_layout="h d kv"), _cross(kv_layout="h kv d", fill=float("-inf")),
+                  _cross(kv_layout="h d kv", fill=float("-inf")))),
+    _cross_mistake("single_head", "one head over all emb_size features",
+                   "Split q, k and v into num_heads heads of emb_size // num_heads features each: "
+                   "'b t (h d) -> b h t d'.", heads=False),
+    Mistake("single_head_emb_scale", "one head over all emb_size features",
+            "Split q, k and v into num_heads heads of emb_size // num_heads features each: "
+            "'b t (h d) -> b h t d'.", _cross(heads=False, scale="emb"),
+            also=(_cross(heads=False, scale="emb", fill=float("-inf")),)),
     Mistake("mask_ignored", "the mask is ignored",
-            "Blocked context positions (mask 0/False) must get zero weight: scores.masked_fill(mask == 0, "
-            "float('-inf')) before the softmax.", _cross(mask_mode="ignored")),
-    Mistake("mask_inverted", "mask polarity inverted (True/1 treated as blocked)",
-            "In the course's convention 1/True means 'may attend' and 0/False means blocked: fill where "
-            "mask == 0.", _cross(mask_mode="inverted")),
+            "Blocked context positions (mask 0/False) must get zero weight: scores.masked_fill(mask == 0, -1e9) "
+            "before the softmax.", _cross(mask_mode="ignored")),
+    _cross_mistake("mask_inverted", "mask polarity inverted (True/1 treated as blocked)",
+                   "In the course's convention 1/True means 'may attend' and 0/False means blocked: fill where "
+                   "mask == 0.", mask_mode="inverted"),
     Mistake("mask_after_softmax", "mask applied after the softmax",
-            "Zeroing weights after the softmax leaves rows that no longer sum to 1: mask the scores with -inf "
+            "Zeroing weights after the softmax leaves rows that no longer sum to 1: mask the scores with -1e9 "
             "before the softmax.", _cross(mask_mode="after")),
+    Mistake("nan_fully_masked", "a query whose context positions are all blocked gets NaN",
+            "With -inf fills, a query that may see no context position gets softmax of a row of -inf = 0/0 = NaN "
+            "(and NaN spreads through training): fill the blocked scores with -1e9 instead.",
+            _cross(fill=float("-inf"))),
+    Mistake("weights_before_softmax", "return_attention returns the scores, not the softmax weights",
+            "Return the attention weights after the softmax (each row sums to 1), shape (B, heads, T, S).",
+            _cross(returned="scores"), also=(_cross(returned="raw_scores"), _cross(returned="scores", fill=float("-inf")))),
+    _cross_mistake("weights_averaged", "attention weights averaged over the heads",
+                   "Return every head's weights: (B, heads, T, S).", returned="mean_heads"),
 ]
 
-add('cross_attention', references=lambda: [vitref().CrossAttention], catalogue=CROSS_MISTAKES)
+
+_CROSS_TESTS = {
+    "mask": "the output with a context padding mask is wrong although the cases without a mask are right: block "
+            "the context positions where mask == 0 (fill their scores with -1e9 before the softmax), for every head "
+            "and query",
+    "mask_full": "the case with a query that may see no context position fails although the others pass: fill the "
+                 "blocked scores with -1e9 (not -inf, which gives 0/0 = NaN for such a query)",
+    "weights": "the output is right but the weights returned with return_attention=True are not: return the softmax "
+               "weights (B, heads, T, S), after masking",
+    "grads": "the outputs are right but the gradients are not: the output must reach x, context and every "
+             "parameter through autograd (no .detach(), .data or numpy)",
+}
+
+
+def _cross_weights_diagnose(question, data):
+    """Properties of the returned attention weights, whatever the scores."""
+    for case, student_case in zip(question.cases, data.get("cases") or []):
+        got = (student_case.get("outputs") or {}).get("weights")
+        if got is None:
+            continue
+        p = case.params
+        found = weights_problem(got, cross_mask(p))
+        if found:
+            return f"{found} (on input {case.label})"
+        B, T, S = p["x"][0], p["x"][1], p["c"][1]
+        if np.shape(got) != (B, p["h"], T, S):
+            return (f"the attention weights should have shape (B, heads, T, S) = ({B}, {p['h']}, {T}, {S}), got "
+                    f"{np.shape(got)} (on input {case.label})")
+    return None
+
+
+def _cross_outputs_diagnose(question, data):
+    for case, student_case in zip(question.cases, data.get("cases") or []):
+        out = (student_case.get("outputs") or {}).get("out")
+        if out is None:
+            continue
+        if np.isnan(np.asarray(out, dtype=np.float64)).any() and case.params.get("full_rows"):
+            return ("a query that may see no context position gets NaN: with -inf fills its softmax is 0/0; fill the "
+                    "blocked scores with -1e9 instead")
+        p = case.params
+        B, T, S, E = p["x"][0], p["x"][1], p["c"][1], p["E"]
+        if np.shape(out) == (B, S, E) and S != T:
+            return "the output has one row per context position (B, S, E): the queries must come from x, (B, T, E)"
+    return None
+
+
+add('cross_attention', references=lambda: [vitref().CrossAttention, _FiniteFillCross, _AdditiveCross], catalogue=CROSS_MISTAKES,
+    diagnose=standard(_CROSS_TESTS, _cross_weights_diagnose, _cross_outputs_diagnose))
+
+# --------------------------------------------------------------------------- decoder block
 
 
 def _decoder_reference():
@@ -125,9 +306,42 @@ def _decoder_reference():
     return [Reference]
 
 
-def _decoder(mode):
+class _GivenMHA(nn.Module):
+    """The notebook's given MultiHeadAttention (blocked scores filled with -1e9)."""
+
+    def __init__(self, emb_size=768, num_heads=8):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(emb_size, 3 * emb_size)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None, causal=False, return_attention=False):
+        q, k, v = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", qkv=3, h=self.num_heads)
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if causal:
+            allowed = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).tril()
+            mask = allowed if mask is None else (mask != 0) & allowed
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = scores.softmax(dim=-1)
+        out = self.projection(rearrange(weights @ v, "b h n d -> b n (h d)"))
+        return (out, weights) if return_attention else out
+
+
+_SELF_MASKS = {
+    "causal": lambda T: torch.ones(T, T, dtype=torch.bool).tril(),
+    "upper_mask": lambda T: torch.ones(T, T, dtype=torch.bool).triu(),
+    "inverted_mask": lambda T: torch.ones(T, T, dtype=torch.bool).triu(1),
+    "strict_mask": lambda T: torch.ones(T, T, dtype=torch.bool).tril(-1),
+}
+
+
+def _decoder(mode="right", cross=None):
+    """A decoder block as a student may write it; ``cross``: the builder of a (wrong)
+    cross-attention to use instead of the given parts' one."""
     def build(parts):
-        MHA, Cross = parts.MultiHeadAttention, parts.CrossAttention
+        MHA = parts.MultiHeadAttention
+        Cross = parts.CrossAttention if cross is None else cross(parts)
 
         class DecoderBlock(nn.Module):
             def __init__(self, dim, num_heads, mlp_dim, context_dim=None):
@@ -142,9 +356,10 @@ def _decoder(mode):
             def forward(self, x, context, self_mask=None):
                 T = x.shape[1]
                 mask = None
-                if self_mask == "causal" and mode != "no_causal_mask":
-                    mask = torch.ones(T, T, dtype=torch.bool, device=x.device)
-                    mask = mask.triu() if mode == "upper_mask" else mask.tril()
+                if (self_mask == "causal" and mode != "no_causal_mask") or mode == "always_causal":
+                    mask = _SELF_MASKS.get(mode, _SELF_MASKS["causal"])(T).to(x.device)
+                if mode == "self_mask_as_mask":
+                    mask = self_mask                      # the string "causal": the attention raises
 
                 def self_attention(h):
                     return first_if_tuple(self.self_attn(h, mask=mask)) if mask is not None else first_if_tuple(
@@ -154,6 +369,11 @@ def _decoder(mode):
                     source = h if mode == "keys_from_decoder" else context
                     if mode == "context_normalised":
                         source = self.norm2(source)
+                    if mode == "causal_in_cross" and mask is not None:
+                        return first_if_tuple(self.cross_attn(h, source, mask=mask))
+                    if mode == "causal_in_cross_ts" and mask is not None:      # a (T, S) lower triangle
+                        wide = torch.ones(h.shape[1], source.shape[1], dtype=torch.bool, device=h.device).tril()
+                        return first_if_tuple(self.cross_attn(h, source, mask=wide))
                     return first_if_tuple(self.cross_attn(h, source))
 
                 if mode == "post_ln":
@@ -168,36 +388,151 @@ def _decoder(mode):
                     x = x + cross_attention(self.norm1(x))
                     x = x + self_attention(self.norm2(x))
                     return x + self.mlp(self.norm3(x))
-                x = x + self_attention(self.norm1(x))
-                x = x + cross_attention(self.norm2(x))
-                return x + self.mlp(self.norm3(x))
+                if mode == "mlp_before_cross":
+                    x = x + self_attention(self.norm1(x))
+                    x = x + self.mlp(self.norm2(x))
+                    return x + cross_attention(self.norm3(x))
+                if mode == "norms_swapped":
+                    x = x + self_attention(self.norm2(x))
+                    x = x + cross_attention(self.norm1(x))
+                    return x + self.mlp(self.norm3(x))
+                if mode == "norm_in_residual":
+                    x = self.norm1(x)
+                    x = x + self_attention(x)
+                    x = self.norm2(x)
+                    x = x + cross_attention(x)
+                    x = self.norm3(x)
+                    return x + self.mlp(x)
+                if mode == "no_norm_self":
+                    x = x + self_attention(x)
+                    x = x + cross_attention(self.norm2(x))
+                    return x + self.mlp(self.norm3(x))
+                if mode == "no_norm_cross":
+                    x = x + self_attention(self.norm1(x))
+                    x = x + cross_attention(x)
+                    return x + self.mlp(self.norm3(x))
+                if mode == "no_norm_mlp":
+                    x = x + self_attention(self.norm1(x))
+                    x = x + cross_attention(self.norm2(x))
+                    return x + self.mlp(x)
+                a = self_attention(self.norm1(x))
+                x = a if mode == "no_residual_self" else x + a
+                c = cross_attention(self.norm2(x))
+                x = c if mode == "no_residual_cross" else x + c
+                m = self.mlp(self.norm3(x))
+                return m if mode == "no_residual_mlp" else x + m
         return DecoderBlock
     return build
 
 
 _DEC_PARTS = ("MultiHeadAttention", "CrossAttention")
 
+
+def _dec(key, title, hint, mode):
+    return Mistake(key, title, hint, _decoder(mode), _DEC_PARTS)
+
+
 DEC_MISTAKES = [
-    Mistake("no_causal_mask", "self_mask='causal' is ignored",
-            "With self_mask='causal', token t may only attend tokens <= t: pass a causal mask to the "
-            "self-attention.", _decoder("no_causal_mask"), _DEC_PARTS),
-    Mistake("upper_mask", "causal mask transposed (tokens see the future)",
-            "The allowed positions are s <= t: the lower triangle (torch.tril).", _decoder("upper_mask"), _DEC_PARTS),
-    Mistake("keys_from_decoder", "cross-attention over the decoder tokens instead of the context",
-            "The second sub-layer attends to the encoder output: self.cross_attn(self.norm2(x), context).",
-            _decoder("keys_from_decoder"), _DEC_PARTS),
-    Mistake("post_ln", "post-LN: LayerNorm after the residual sums",
-            "This block is pre-LN: x = x + sublayer(norm(x)) for each of the three sub-layers.",
-            _decoder("post_ln"), _DEC_PARTS),
-    Mistake("context_normalised", "the context normalised with the decoder's LayerNorm",
-            "norm2 belongs to the decoder tokens: cross_attn(self.norm2(x), context), with the encoder output "
-            "as it is.", _decoder("context_normalised"), _DEC_PARTS),
-    Mistake("same_norm", "norm1 used before all three sub-layers",
-            "Each sub-layer has its own LayerNorm: norm1, norm2 and norm3.", _decoder("same_norm"), _DEC_PARTS),
-    Mistake("cross_first", "cross-attention before self-attention",
-            "The order is masked self-attention, then cross-attention, then the MLP.", _decoder("cross_first"),
-            _DEC_PARTS),
+    _dec("no_causal_mask", "self_mask='causal' is ignored",
+         "With self_mask='causal', token t may only attend tokens <= t: call self.self_attn(self.norm1(x), "
+         "causal=True).", "no_causal_mask"),
+    _dec("upper_mask", "causal mask transposed (tokens see the future)",
+         "The allowed positions are s <= t: the lower triangle (torch.tril).", "upper_mask"),
+    _dec("inverted_mask", "causal mask inverted: True where attention is blocked",
+         "The mask is True where a token MAY attend (s <= t): torch.tril(torch.ones(T, T)), not torch.triu(..., 1).",
+         "inverted_mask"),
+    _dec("strict_mask", "causal mask without its diagonal: a token cannot see itself",
+         "Token t may attend keys s <= t, itself included: torch.tril with diagonal=0.", "strict_mask"),
+    _dec("keys_from_decoder", "cross-attention over the decoder tokens instead of the context",
+         "The second sub-layer attends to the encoder output: self.cross_attn(self.norm2(x), context).",
+         "keys_from_decoder"),
+    Mistake("causal_in_cross", "a causal mask also passed to the cross-attention",
+            "Causality is about the decoder's own tokens: the cross-attention sees the whole context (no mask).",
+            _decoder("causal_in_cross"), _DEC_PARTS, also=(_decoder("causal_in_cross_ts"),)),
+    _dec("post_ln", "post-LN: LayerNorm after the residual sums",
+         "This block is pre-LN: x = x + sublayer(norm(x)) for each of the three sub-layers.", "post_ln"),
+    _dec("context_normalised", "the context normalised with the decoder's LayerNorm",
+         "norm2 belongs to the decoder tokens: cross_attn(self.norm2(x), context), with the encoder output as it is.",
+         "context_normalised"),
+    _dec("same_norm", "norm1 used before all three sub-layers",
+         "Each sub-layer has its own LayerNorm: norm1, norm2 and norm3.", "same_norm"),
+    _dec("norms_swapped", "norm1 and norm2 swapped",
+         "norm1 before the self-attention, norm2 before the cross-attention, norm3 before the MLP.", "norms_swapped"),
+    _dec("norm_in_residual", "the normalised x kept as the residual stream",
+         "Pre-LN normalises only the sub-layer's input: x = x + sublayer(norm(x)); x = norm(x) followed by "
+         "x = x + sublayer(x) normalises the skip path too.", "norm_in_residual"),
+    _dec("no_norm_mlp", "no LayerNorm before the MLP",
+         "Each of the three sub-layers reads a normalised input: x + self.mlp(self.norm3(x)).", "no_norm_mlp"),
+    _dec("no_norm_self", "no LayerNorm before the self-attention",
+         "Each of the three sub-layers reads a normalised input: x + self.self_attn(self.norm1(x), causal=causal).",
+         "no_norm_self"),
+    _dec("no_norm_cross", "no LayerNorm before the cross-attention",
+         "Each of the three sub-layers reads a normalised input: x + self.cross_attn(self.norm2(x), context).",
+         "no_norm_cross"),
+    _dec("always_causal", "the self-attention is always causal, even with self_mask=None",
+         "Pass causal=True only when self_mask == 'causal'; with self_mask=None every token sees every token.",
+         "always_causal"),
+    _dec("self_mask_as_mask", "self_mask passed on as the attention mask",
+         "self_mask is the string 'causal' (or None), not a tensor: call self.self_attn(h, causal=(self_mask == "
+         "'causal')).", "self_mask_as_mask"),
+    _dec("cross_first", "cross-attention before self-attention",
+         "The order is masked self-attention, then cross-attention, then the MLP.", "cross_first"),
+    _dec("mlp_before_cross", "the MLP before the cross-attention",
+         "The order is masked self-attention, then cross-attention, then the MLP.", "mlp_before_cross"),
+    _dec("no_residual_self", "no residual connection around the self-attention",
+         "Add the sub-layer's output to its input: x = x + self.self_attn(self.norm1(x), causal=causal).",
+         "no_residual_self"),
+    _dec("no_residual_cross", "no residual connection around the cross-attention",
+         "Add the sub-layer's output to its input: x = x + self.cross_attn(self.norm2(x), context).",
+         "no_residual_cross"),
+    _dec("no_residual_mlp", "no residual connection around the MLP",
+         "Add the sub-layer's output to its input: x = x + self.mlp(self.norm3(x)).", "no_residual_mlp"),
 ]
 
-add('decoder_block', references=_decoder_reference, catalogue=DEC_MISTAKES, reference_parts=parts(MultiHeadAttention=lambda: vitref().MultiHeadAttention,
-                          CrossAttention=lambda: vitref().CrossAttention))
+# The block built from a wrong cross-attention of the previous question (the notebook's
+# DecoderBlock uses the student's own CrossAttention): the cross-attention's mistake, named.
+_CROSS_IN_BLOCK = ("queries_from_context", "no_scaling", "scale_by_emb", "softmax_over_queries", "no_projection",
+                   "merge_d_h", "reshape_without_permute", "kv_layout", "single_head")
+DEC_MISTAKES += [
+    dataclasses.replace(m, key=f"cross_{m.key}", title=f"your CrossAttention: {m.title}",
+                        build=_decoder(cross=m.build), needs=_DEC_PARTS,
+                        also=tuple(_decoder(cross=b) for b in m.also[:1] if m.key == "kv_layout"))
+    for m in CROSS_MISTAKES if m.key in _CROSS_IN_BLOCK
+]
+
+
+_DEC_TESTS = {
+    "causal": "with self_mask='causal' the outputs at earlier positions must not depend on later tokens",
+    "grads": "the outputs are right but the gradients are not: the output must reach x, context and every "
+             "parameter through autograd (no .detach(), .data or numpy)",
+}
+
+
+def _future_diagnose(question, data):
+    """The student's own outputs: does an earlier position change when the last token changes?"""
+    for case, student_case in zip(question.cases, data.get("cases") or []):
+        outputs = student_case.get("outputs") or {}
+        a, b = outputs.get("out"), outputs.get("out (last token changed)")
+        if a is None or b is None or np.shape(a) != np.shape(b) or np.ndim(a) != 3:
+            continue
+        if not np.allclose(np.asarray(a)[:, :-1], np.asarray(b)[:, :-1], atol=1e-6):
+            return (f"the output depends on future positions: changing the last token of x changes the outputs at "
+                    f"earlier positions (on input {case.label}); with self_mask='causal' pass causal=True to "
+                    f"self.self_attn")
+    return None
+
+
+def _masks_diagnose(question, data):
+    """Cases with self_mask='causal' fail, those without pass: the causal mask is wrong."""
+    verdicts = case_verdicts(question, data)
+    causal = [ok for case, ok in zip(question.cases, verdicts) if case.params["causal"]]
+    plain = [ok for case, ok in zip(question.cases, verdicts) if not case.params["causal"]]
+    if plain and all(ok is True for ok in plain) and any(ok is False for ok in causal):
+        return ("the block is right without a mask but wrong with self_mask='causal': pass causal=True to "
+                "self.self_attn (token t attends tokens s <= t)")
+    return None
+
+
+add('decoder_block', references=_decoder_reference, catalogue=DEC_MISTAKES,
+    reference_parts=parts(MultiHeadAttention=lambda: _GivenMHA, CrossAttention=lambda: _FiniteFillCross),
+    diagnose=first(_future_diagnose, standard(_DEC_TESTS, _masks_diagnose)))
