@@ -1,0 +1,100 @@
+"""Red-team findings (bench/redteam/): routes around the ban on forbidden functions, and
+what the grader must keep refusing or accepting. Fast, in-process tests; the end-to-end
+reproducers grade hostile notebooks with ``python -m bench.redteam.attacks``."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from autograder.student.ban import ForbiddenCall, install
+
+
+@pytest.fixture
+def banned():
+    bans = []
+
+    def ban(*keys):
+        bans.append(install(keys, reversible=True))
+
+    yield ban
+    for b in reversed(bans):
+        b.undo()
+
+
+def _softmax_by_attention(x: torch.Tensor) -> torch.Tensor:
+    """softmax(x) over the last axis from the fused attention kernel: q = e0, k = x e0, v = I."""
+    rows, n = x.shape
+    q = torch.zeros(rows, 1, 1, n, dtype=x.dtype)
+    q[..., 0] = 1
+    k = torch.zeros(rows, 1, n, n, dtype=x.dtype)
+    k[..., 0] = x.reshape(rows, 1, n)
+    v = torch.eye(n, dtype=x.dtype).expand(rows, 1, n, n)
+    return F.scaled_dot_product_attention(q, k, v, scale=1.0).reshape(rows, n)
+
+
+def _softmax_by_flash_kernel(x: torch.Tensor) -> torch.Tensor:
+    rows, n = x.shape
+    q = torch.zeros(rows, 1, 1, n, dtype=x.dtype)
+    q[..., 0] = 1
+    k = torch.zeros(rows, 1, n, n, dtype=x.dtype)
+    k[..., 0] = x.reshape(rows, 1, n)
+    v = torch.eye(n, dtype=x.dtype).expand(rows, 1, n, n).contiguous()
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, scale=1.0)[0].reshape(rows, n)
+
+
+def test_attention_kernels_compute_a_softmax():
+    """The premise of the tests below: without a ban, the fused attention kernel is a softmax."""
+    x = torch.randn(3, 5, dtype=torch.float64)
+    assert torch.allclose(_softmax_by_attention(x), torch.softmax(x, -1))
+    assert torch.allclose(_softmax_by_flash_kernel(x), torch.softmax(x, -1))
+
+
+@pytest.mark.parametrize("key", ["softmax", "cross_entropy"])
+@pytest.mark.parametrize("route", [_softmax_by_attention, _softmax_by_flash_kernel])
+def test_attention_kernels_are_forbidden_where_softmax_is(banned, key, route):
+    banned(key)
+    with pytest.raises(ForbiddenCall):
+        route(torch.randn(3, 5))
+
+
+def _rows(x):
+    return x.reshape(1, -1, x.shape[-1])           # every row a channel: batch norm = layer norm
+
+
+LAYER_NORM_ROUTES = {
+    "_batch_norm_with_update": lambda x: torch.ops.aten._batch_norm_with_update(
+        _rows(x), None, None, torch.zeros(x.shape[0]), torch.ones(x.shape[0]), 0.1, 1e-5)[0],
+    "native_batch_norm.out": lambda x: torch.ops.aten.native_batch_norm.out(
+        _rows(x), None, None, None, None, True, 0.1, 1e-5, out=torch.empty(_rows(x).shape),
+        save_mean=torch.empty(x.shape[0]), save_invstd=torch.empty(x.shape[0]))[0],
+    "_native_batch_norm_legit.no_stats_out": lambda x: torch.ops.aten._native_batch_norm_legit.no_stats_out(
+        _rows(x), None, None, True, 0.1, 1e-5, out=torch.empty(_rows(x).shape),
+        save_mean=torch.empty(x.shape[0]), save_invstd=torch.empty(x.shape[0]))[0],
+    "native_layer_norm on a nested tensor": lambda x: torch.ops.aten.native_layer_norm(
+        torch.nested.nested_tensor([x]), [x.shape[-1]], torch.ones(x.shape[-1]), torch.zeros(x.shape[-1]),
+        1e-5)[0].unbind()[0],
+}
+
+
+@pytest.mark.parametrize("name", sorted(LAYER_NORM_ROUTES))
+def test_layer_norm_routes(banned, name):
+    x = torch.randn(4, 6)
+    expected = F.layer_norm(x, (6,))
+    assert torch.allclose(LAYER_NORM_ROUTES[name](x).reshape(4, 6), expected, atol=1e-5)   # a real route
+    banned("layer_norm")
+    with pytest.raises(ForbiddenCall):
+        LAYER_NORM_ROUTES[name](x)
+
+
+def test_own_answers_still_work_under_every_ban(banned):
+    banned("softmax", "cross_entropy", "layer_norm", "attention", "embedding")
+    x = torch.randn(2, 3, 5, dtype=torch.float64, requires_grad=True)
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    p = e / e.sum(-1, keepdim=True)
+    mean = x.mean(-1, keepdim=True)
+    ln = (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 1e-5)
+    (p.sum() + ln.pow(2).sum()).backward()
+    assert x.grad is not None and torch.isfinite(x.grad).all()
+    scores = x @ x.transpose(-2, -1)
+    assert (scores.masked_fill(torch.eye(3, dtype=torch.bool), -1e9).amax(-1) < 1e9).all()
