@@ -98,3 +98,44 @@ def test_own_answers_still_work_under_every_ban(banned):
     assert x.grad is not None and torch.isfinite(x.grad).all()
     scores = x @ x.transpose(-2, -1)
     assert (scores.masked_fill(torch.eye(3, dtype=torch.bool), -1e9).amax(-1) < 1e9).all()
+
+
+# --------------------------------------------------------------------------- the sandbox
+
+KEYRING_SCRIPT = r'''
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+calls = {"x86_64": (248, 250), "aarch64": (217, 219)}[os.uname().machine]
+out = {}
+for name, ring in (("session", -3), ("user", -4)):
+    key = libc.syscall(calls[0], b"user", b"left-for-the-next-run", b"outputs", ctypes.c_size_t(7), ctypes.c_long(ring))
+    out[name] = [key, ctypes.get_errno()]
+persistent = libc.syscall(calls[1], 22, ctypes.c_long(-1), ctypes.c_long(-4))   # KEYCTL_GET_PERSISTENT
+out["persistent"] = [persistent, ctypes.get_errno()]
+RESULT = out
+'''
+
+
+@pytest.fixture(scope="module")
+def zygote(tmp_path_factory):
+    from autograder.hosts import sandbox
+    z = sandbox.Zygote(payload="autograder.student.zygote:script_payload", preload=("numpy",),
+                       preload_checks=False, memory_mb=512)
+    z.start()
+    yield z
+    z.close()
+
+
+def test_no_kernel_keyring_in_the_sandbox(zygote):
+    """Keyrings are not namespaced: a key left by one run (the notebook's run where
+    cross-entropy is allowed, computing it on the secret inputs) was read by the next (where it
+    is forbidden), or by the next student of the job (bench/redteam: ce_keyring)."""
+    import errno
+    import json
+
+    from autograder.hosts import sandbox
+    result = zygote.run(KEYRING_SCRIPT.encode(), [], sandbox.Limits(timeout=20, memory_mb=512), name="student.py")
+    assert result.status == "ok", result
+    found = json.loads(result.data)["result"]
+    assert found == {name: [-1, errno.EPERM] for name in ("session", "user", "persistent")}, found
