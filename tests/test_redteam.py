@@ -139,3 +139,35 @@ def test_no_kernel_keyring_in_the_sandbox(zygote):
     assert result.status == "ok", result
     found = json.loads(result.data)["result"]
     assert found == {name: [-1, errno.EPERM] for name in ("session", "user", "persistent")}, found
+
+
+# --------------------------------------------------------------------------- the static scan
+
+def test_scan_does_not_follow_a_local_name_to_a_global_of_the_same_name():
+    """An honest cross_entropy(logits, targets), in a notebook whose ViT demo cell binds a
+    global ``logits = model(x)``, was rejected as "uses a library softmax": the scan followed
+    the parameter ``logits`` to that cell, the model, the ViT and the attention's softmax."""
+    from autograder.judging.scan import scan_source
+    cells = ["import torch",
+             "class Attention:\n    def forward(self, s):\n        return s.softmax(dim=-1)\n"
+             "model = Attention()\nlogits = model.forward(torch.randn(2, 3))\n",
+             "def cross_entropy(logits, targets):\n"
+             "    shifted = logits - logits.amax(dim=-1, keepdim=True)\n"
+             "    log_probs = shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))\n"
+             "    return -log_probs[torch.arange(logits.shape[0]), targets].mean()\n"]
+    assert scan_source(cells, "cross_entropy", ("cross_entropy",)) == []
+
+
+@pytest.mark.parametrize("answer", [
+    "def softmax(x, dim=-1):\n    return sm(x, dim)\n",
+    "def softmax(x, dim=-1):\n    global sm\n    return sm(x, dim)\n",
+    "def softmax(x, dim=-1, f=sm):\n    return f(x, dim)\n",
+    "def softmax(x, dim=-1):\n    def inner(y):\n        return sm(y, dim)\n    return inner(x)\n",
+    "softmax = lambda x, dim=-1: sm(x, dim)\n",
+    "def softmax(x, dim=-1):\n    return [sm(r, dim) for r in [x]][0]\n",
+    "class A:\n    sm = sm\n    def __call__(self, x, dim=-1):\n        return self.sm(x, dim)\nsoftmax = A()\n",
+])
+def test_scan_still_follows_global_helpers(answer):
+    from autograder.judging.scan import scan_source
+    cells = ["import torch\nsm = torch.softmax\n", answer]
+    assert [h.key for h in scan_source(cells, "softmax", ("softmax",))] == ["softmax"]
