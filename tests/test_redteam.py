@@ -171,3 +171,72 @@ def test_scan_still_follows_global_helpers(answer):
     from autograder.judging.scan import scan_source
     cells = ["import torch\nsm = torch.softmax\n", answer]
     assert [h.key for h in scan_source(cells, "softmax", ("softmax",))] == ["softmax"]
+
+
+WEDGE_SCRIPT = r'''
+import os, struct, signal, time
+head = b"[" * 100000 + b"]" * 100000          # json.loads raises RecursionError on it
+os.write(3, struct.pack(">I", len(head)) + head + struct.pack(">I", 0))
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+for _ in range(40):
+    try:
+        if os.fork() == 0:
+            while True:
+                time.sleep(1000)
+    except OSError:
+        break
+while True:
+    time.sleep(1000)
+'''
+
+FORKS_SCRIPT = r'''
+import os
+pids = []
+for _ in range(8):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    pids.append(pid)
+RESULT = [os.waitpid(p, 0)[1] for p in pids]
+'''
+
+
+def _processes_of(uid: int) -> list[int]:
+    import os
+    found = []
+    for entry in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                if any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in fh):
+                    found.append(int(entry))
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def test_a_frame_the_zygote_cannot_parse_does_not_leave_the_run_alive(zygote):
+    """A header nested too deep made the zygote's watch raise: it stopped watching the run,
+    whose processes (the job's student uid) lived on, and every later student of the job got
+    "none could be started" (RLIMIT_NPROC) on every question (bench/redteam: aaa_wedge)."""
+    import json
+
+    from autograder.hosts import sandbox
+    result = zygote.run(WEDGE_SCRIPT.encode(), [], sandbox.Limits(timeout=4, memory_mb=512), name="student.py")
+    assert result.status == "timeout", result
+    import time
+    end = time.monotonic() + 10            # killed with its pid namespace: gone once the kernel reaps them
+    while _processes_of(zygote.uid) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert _processes_of(zygote.uid) == []
+    result = zygote.run(FORKS_SCRIPT.encode(), [], sandbox.Limits(timeout=20, memory_mb=512), name="student.py")
+    assert result.status == "ok" and json.loads(result.data)["result"] == [0] * 8, result
+
+
+def test_frames_nested_too_deep_are_dropped():
+    import struct
+
+    from autograder.student import wire, zygote
+    head = b"[" * 100000 + b"]" * 100000
+    data = struct.pack(">I", len(head)) + head + struct.pack(">I", 0)
+    assert wire.frames(data) == []
+    assert zygote._last_event(bytearray(data), 0) == (len(data), "?")

@@ -407,7 +407,7 @@ def _last_event(data: bytearray, pos: int) -> tuple[int, str | None]:
             break
         try:
             event = str(json.loads(bytes(data[pos + 4:pos + 4 + n])).get("event"))
-        except (ValueError, AttributeError):
+        except Exception:  # noqa: BLE001 - whatever the student wrote (a header nested too deep: RecursionError)
             event = "?"
         pos += 8 + n + m
     return pos, event
@@ -446,36 +446,45 @@ def run_one(req: dict, notebook: bytes, payload_fn) -> tuple[dict, bytes]:
     open_fds = {result_r: "result", output_r: "output", status_r: "status"}
     timed_out = too_big = False
     parsed, cell_started = 0, None
-    while open_fds:
-        now = time.monotonic()
-        limit = deadline
-        if cell_kill and cell_started is not None:
-            limit = min(limit, cell_started + cell_kill)
-        left = limit - now
-        if left <= 0:
-            timed_out = True
-            break
-        ready, _, _ = select.select(list(open_fds), [], [], left)
-        for fd in ready:
-            chunk = os.read(fd, 1 << 20)
-            kind = open_fds[fd]
-            if not chunk:
-                del open_fds[fd]
-                os.close(fd)
-            elif kind == "result":
-                result += chunk
-                if len(result) > MAX_RESULT:
-                    too_big = True
-                parsed, event = _last_event(result, parsed)
-                if event is not None:
-                    cell_started = time.monotonic() if event == "cell" else None
-            elif kind == "output":
-                output += chunk
-                del output[:-OUTPUT_TAIL]
-            else:
-                status += chunk
-        if too_big:
-            break
+    try:
+        while open_fds:
+            now = time.monotonic()
+            limit = deadline
+            if cell_kill and cell_started is not None:
+                limit = min(limit, cell_started + cell_kill)
+            left = limit - now
+            if left <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select(list(open_fds), [], [], left)
+            for fd in ready:
+                chunk = os.read(fd, 1 << 20)
+                kind = open_fds[fd]
+                if not chunk:
+                    del open_fds[fd]
+                    os.close(fd)
+                elif kind == "result":
+                    result += chunk
+                    if len(result) > MAX_RESULT:
+                        too_big = True
+                    parsed, event = _last_event(result, parsed)
+                    if event is not None:
+                        cell_started = time.monotonic() if event == "cell" else None
+                elif kind == "output":
+                    output += chunk
+                    del output[:-OUTPUT_TAIL]
+                else:
+                    status += chunk
+            if too_big:
+                break
+    except BaseException:
+        # the student's run must never outlive its watch: an error here once let a run keep
+        # processes of the job's uid alive, and every later student of the job could not fork
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        for fd in open_fds:
+            os.close(fd)
+        raise
     if timed_out or too_big:
         os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)

@@ -74,6 +74,26 @@ LN_BN_OUT = LN_TEMPLATE.format(body='''\
                                              save_invstd=torch.empty(rows, dtype=x.dtype))''')
 
 
+# a cell that makes the zygote stop watching this run (a frame header nested so deep that
+# json.loads raises RecursionError, which _last_event does not catch), then leaves processes of
+# the job's student uid alive: the next students of the same job cannot fork (RLIMIT_NPROC)
+WEDGE = r'''
+import os, struct, signal, time
+_head = b"[" * 100000 + b"]" * 100000
+os.write(3, struct.pack(">I", len(_head)) + _head + struct.pack(">I", 0))
+signal.signal(signal.SIGALRM, signal.SIG_IGN)
+for _ in range(40):
+    try:
+        if os.fork() == 0:
+            while True:
+                time.sleep(1000)
+    except OSError:
+        break
+while True:
+    time.sleep(1000)
+'''
+
+
 def _sol(assignment):
     return S.load(assignment, "solutions")
 
@@ -86,6 +106,10 @@ def attacks():
         out[name] = (assignment, lambda: edit(_sol(assignment)), deserved)
 
     add("honest03", "03_attention", {}, lambda nb: nb)
+    add("aaa_wedge", "03_attention", {"softmax": 0.0, "attention": 0.0, "attention_head": 0.0},
+        lambda nb: S.insert_cell(nb, WEDGE))
+    add("zzz_victim03", "03_attention", {}, lambda nb: nb)
+    add("zzz_victim05", "05_blocks", {}, lambda nb: nb)
     add("sdpa_softmax", "03_attention", {"softmax": 0.0},
         lambda nb: S.replace_definition(S.replace_definition(nb, "softmax", SDPA_SOFTMAX),
                                         "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX))
