@@ -152,7 +152,28 @@ def _bound_names(node) -> list[str]:
 
 
 def _used_names(node) -> set[str]:
-    return {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name)}
+    """The notebook's global names that the top-level statement ``node`` may read: every name
+    read at the top level or in a class body (which looks names up in the globals), and in a
+    function only the names that are not its own: a parameter or local variable ``logits`` is
+    not the notebook's global ``logits`` (following it led an honest cross_entropy to the ViT
+    demo ``logits, attentions = model(x)``, and through it to the attention's softmax)."""
+    every = {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name)}
+    try:
+        import symtable
+        table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
+    except (SyntaxError, ValueError, RecursionError, AttributeError, TypeError):
+        return every
+    names: set[str] = set()
+    todo = [table]
+    while todo:
+        scope = todo.pop()
+        for symbol in scope.get_symbols():
+            if not symbol.is_referenced():
+                continue
+            if scope.get_type() != "function" or symbol.is_global():
+                names.add(symbol.get_name())
+        todo.extend(scope.get_children())
+    return names & every
 
 
 def scan_source(cells: list[str], answer_name: str, keys=()) -> list[Hit]:

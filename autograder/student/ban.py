@@ -26,7 +26,15 @@ import sys
 
 from .forbidden import FORBIDDEN
 
-_KEYS = ("CPU", "AutogradCPU", "SparseCPU", "CompositeImplicitAutograd")
+# Every key an operator's kernel can live at: a kernel left at any one of them is a way to
+# the library function (a nested tensor reaches NestedTensorCPU, a GPU tensor CUDA...).
+_BACKENDS = ("CPU", "CUDA", "HIP", "MPS", "XPU", "Meta")
+_KEYS = (_BACKENDS + tuple(f"Autograd{b}" for b in _BACKENDS)
+         + tuple(f"{kind}{b}" for kind in ("Sparse", "SparseCsr", "NestedTensor", "Quantized")
+                 for b in ("CPU", "CUDA"))
+         + ("MkldnnCPU", "AutogradNestedTensor", "CompositeImplicitAutograd",
+            "CompositeImplicitAutogradNestedTensor", "CompositeExplicitAutograd",
+            "CompositeExplicitAutogradNonFunctional"))
 _SCRUB_MODULES = ("torch._refs", "torch._refs.nn.functional", "torch._refs.special", "torch._refs.linalg",
                   "torch._decomp.decompositions", "torch._decomp.decompositions_for_rng")
 
@@ -43,6 +51,24 @@ def _raiser(key: str, name: str):
 
     forbidden.__name__ = name.rpartition(".")[2]
     return forbidden
+
+
+def _overloads(ops) -> list[str]:
+    """The operators named in ``ops`` with every overload this torch has (``_softmax`` ->
+    ``_softmax``, ``_softmax.out``): an overload left out would compute the same thing."""
+    import torch
+
+    bases = {op.partition(".")[0] for op in ops}
+    found = list(dict.fromkeys(ops))
+    try:
+        names = torch._C._dispatch_get_all_op_names()
+    except (AttributeError, RuntimeError):
+        return found
+    for name in names:
+        namespace, _, op = name.partition("::")
+        if namespace == "aten" and op.partition(".")[0] in bases and op not in found:
+            found.append(op)
+    return found
 
 
 def _resolve(spec: str):
@@ -75,8 +101,11 @@ class Ban:
         self.saved.clear()
 
 
-def install(keys, reversible: bool = False) -> Ban:
-    """Disable what the exercises ``keys`` forbid (see the module docstring)."""
+def install(keys, reversible: bool = False, registered=()) -> Ban:
+    """Disable what the exercises ``keys`` forbid (see the module docstring). ``registered``:
+    keys whose operators this process has already disabled at the dispatcher, irreversibly
+    (a probe's fork of a run started with that ban): only their Python functions are replaced
+    again."""
     ban = Ban()
     keys = [k for k in dict.fromkeys(keys) if k in FORBIDDEN]
     if not keys:
@@ -85,7 +114,9 @@ def install(keys, reversible: bool = False) -> Ban:
 
     handle = torch._C._dispatch_library("IMPL", "aten", "")
     for key in keys:
-        for op in FORBIDDEN[key].aten:
+        if key in registered and not reversible:
+            continue
+        for op in _overloads(FORBIDDEN[key].aten):
             kernel = _raiser(key, f"torch operator aten::{op}")
             for dispatch_key in _KEYS:
                 try:

@@ -23,6 +23,17 @@ _SOFTMAX_OPS = ("_softmax", "_softmax.out", "softmax.int", "softmax.int_out", "s
 _LOG_SOFTMAX_OPS = ("_log_softmax", "_log_softmax.out", "log_softmax.int", "log_softmax.int_out",
                     "special_log_softmax", "_sparse_log_softmax", "_sparse_log_softmax.int",
                     "_sparse_log_softmax.out")
+# the fused attention kernels compute a softmax inside (q = e0, k = x e0, v = I gives softmax(x)):
+# wherever a library softmax is forbidden, they are too
+_ATTENTION_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
+                  "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+                  "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+                  "_scaled_dot_product_fused_attention_overrideable", "_fused_sdp_choice",
+                  "_scaled_dot_product_attention_math_for_mps", "_flash_attention_forward",
+                  "_efficient_attention_forward", "_cudnn_attention_forward",
+                  "_native_multi_head_attention", "_native_multi_head_attention.out",
+                  "_transformer_encoder_layer_fwd", "_transformer_encoder_layer_fwd.out",
+                  "_triton_multi_head_attention", "_triton_scaled_dot_attention")
 _SOFTMAX_NAMES = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "Softmax", "LogSoftmax",
                             "softmin", "Softmin", "special_softmax", "special_log_softmax", "gumbel_softmax",
                             "_masked_softmax", "_safe_softmax"})
@@ -39,7 +50,7 @@ _forbid(
     "softmax", "a library softmax (torch.softmax, F.softmax, Tensor.softmax, nn.Softmax, log_softmax)",
     "this exercise asks you to write softmax yourself from exp, max and sum",
     attrs=_SOFTMAX_NAMES,
-    aten=_SOFTMAX_OPS + _LOG_SOFTMAX_OPS,
+    aten=_SOFTMAX_OPS + _LOG_SOFTMAX_OPS + _ATTENTION_OPS,
     scrub=("softmax", "log_softmax", "_softmax", "_log_softmax", "softmin", "special_softmax",
            "special_log_softmax", "_safe_softmax", "_masked_softmax"),
 )
@@ -50,13 +61,7 @@ _forbid(
                      "TransformerEncoderLayer", "TransformerDecoderLayer", "TransformerEncoder",
                      "TransformerDecoder", "Transformer", "_scaled_dot_product_attention_math",
                      "_native_multi_head_attention", "_scaled_dot_product_flash_attention_for_cpu"}),
-    aten=("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
-          "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
-          "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
-          "_scaled_dot_product_fused_attention_overrideable", "_fused_sdp_choice",
-          "_native_multi_head_attention", "_native_multi_head_attention.out",
-          "_transformer_encoder_layer_fwd", "_transformer_encoder_layer_fwd.out",
-          "_triton_multi_head_attention", "_triton_scaled_dot_attention"),
+    aten=_ATTENTION_OPS,
     python=("torch.nn.functional:multi_head_attention_forward",
             "torch.nn.modules.activation:MultiheadAttention.forward",
             "torch.nn.modules.transformer:TransformerEncoderLayer.forward",
@@ -72,7 +77,11 @@ _forbid(
     aten=("layer_norm", "native_layer_norm", "native_layer_norm.out", "group_norm", "native_group_norm",
           "native_group_norm.out", "rms_norm", "_fused_rms_norm", "batch_norm", "native_batch_norm",
           "_native_batch_norm_legit", "_native_batch_norm_legit.no_stats", "_native_batch_norm_legit_no_training",
-          "_batch_norm_impl_index", "instance_norm"),
+          "_batch_norm_impl_index", "instance_norm",
+          # batch norm over x.reshape(1, rows, dim) is a layer norm: every batch-norm kernel computes it
+          "_batch_norm_with_update", "_batch_norm_with_update_functional", "_batch_norm_no_update",
+          "_native_batch_norm_legit_functional", "cudnn_batch_norm", "miopen_batch_norm",
+          "native_layer_norm_backward"),
     scrub=("layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "rms_norm"),
 )
 _forbid(
@@ -83,7 +92,7 @@ _forbid(
     | _SOFTMAX_NAMES,
     aten=("cross_entropy_loss", "nll_loss", "nll_loss.out", "nll_loss_nd", "nll_loss_forward",
           "nll_loss_forward.output", "nll_loss2d", "nll_loss2d_forward", "nll_loss2d_forward.output")
-    + _SOFTMAX_OPS + _LOG_SOFTMAX_OPS,
+    + _SOFTMAX_OPS + _LOG_SOFTMAX_OPS + _ATTENTION_OPS,
     scrub=("cross_entropy", "nll_loss", "nll_loss_forward", "softmax", "log_softmax", "_softmax",
            "_log_softmax", "special_log_softmax", "special_softmax", "_safe_softmax"),
 )

@@ -81,11 +81,12 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
     cell_cap = float(options.get("cell_timeout", 20))
     probe_cap = float(options.get("probe_timeout", 15))
     skip = set(options.get("skip_cells", ()))
-    if options.get("ban"):
+    banned = frozenset(options.get("ban") or ())    # read before any student code runs
+    if banned:
         # what the questions of this run forbid is gone before any student code runs, so no
         # cell can compute (or precompute) with it, whatever it patches afterwards
         from .ban import install
-        install(options["ban"])
+        install(sorted(banned))
     try:
         source = _load_inputs(path, options)
     except Exception as error:  # noqa: BLE001 - a broken inputs file is the host's bug: say so
@@ -127,7 +128,7 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
                              "reason": "not checked: the notebook used up the time limit"}))
             continue
         _probe_in_fork(q, namespace[q.answer_name], source, budget, emit,
-                       strays=bool(options.get("own_pid_namespace")))
+                       strays=bool(options.get("own_pid_namespace")), registered=banned)
     emit(wire.frame({"event": "done"}))
 
 
@@ -167,8 +168,10 @@ def _fork(strays: bool) -> int:
     raise OSError("fork failed")
 
 
-def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False) -> None:
-    """Probe ``answer`` in a forked process with the exercise's forbidden functions removed."""
+def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False,
+                   registered=frozenset()) -> None:
+    """Probe ``answer`` in a forked process with the exercise's forbidden functions removed
+    (``registered``: the keys this run disabled at the dispatcher before its first cell)."""
     try:
         ready_r, ready_w = os.pipe()
         pid = _fork(strays)
@@ -190,7 +193,7 @@ def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False)
         try:
             os.close(ready_r)
             from .ban import install
-            install(q.forbidden)
+            install(q.forbidden, registered=registered)
             emit(_probe_frame(q, answer, source, budget))
             os.write(ready_w, b"1")
         except BaseException:  # noqa: BLE001 - whatever happened, this process ends here

@@ -38,7 +38,7 @@ def frames(data: bytes) -> list[tuple[dict, bytes]]:
             break
         try:
             header = json.loads(data[pos + 4:pos + 4 + n])
-        except ValueError:
+        except (ValueError, RecursionError):      # a header nested too deep raises RecursionError
             break
         if not isinstance(header, dict):
             break
