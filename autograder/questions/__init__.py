@@ -13,6 +13,7 @@ from . import (  # noqa: F401
     ch06_patch_embedding,
     ch07_vit,
     ch08_decoder,
+    concepts,
 )
 from .base import Case, Question, register, registry  # noqa: F401
 
