@@ -51,6 +51,8 @@ def _load() -> None:
         ch05_blocks,
         ch06_patch_embedding,
         ch07_vit,
+        ch07_label_smoothing,
         ch08_decoder,
+        ch08_kvcache,
         concepts,
     )
