@@ -53,7 +53,11 @@ def _run_kv(answer, case, rec):
         rec.check_new_params(module)
         rec.output(f"out of step {step + 1} (tokens {start}..{start + length - 1})", out)
         start += length
-    keys, values = rec.unpack(cache, ("keys", "values"), "the cache")
+    if type(cache) not in (tuple, list) or len(cache) != 2:
+        got = f"a {type(cache).__name__}" + (f" of {len(cache)} items" if type(cache) in (tuple, list) else "")
+        raise CaseFailure(f"the cache returned by forward should be a tuple (keys, values), each (B, h, S, d); "
+                          f"got {got}")
+    keys, values = cache
     rec.output("cached keys", keys)
     rec.output("cached values", values)
     full = rec.call(module, x)
