@@ -153,6 +153,9 @@ concept("concept_heads_params", _heads_factor, [
           "(emb_size, 3 emb_size) layer whatever h is. Count the parameters of both modules.", 2.0),
     wrong("inverse_per_head", "smaller heads, fewer parameters",
           "Smaller heads, but twice as many of them: h * d = emb_size in both modules.", 0.5),
+    wrong("score_pairs", "the number of score matrices counted as parameters",
+          "More heads compute more (N x N) score matrices, but scores are activations, not parameters: the "
+          "learned weights are qkv and projection, whose shapes do not depend on h.", 4.0),
 ])
 
 # ------------------------------------------------------------------ 05 blocks
