@@ -21,7 +21,7 @@ import pytest
 import grading_students as S
 
 A = "03_attention"
-POINTS = {"softmax": 1.0, "attention": 3.0, "attention_head": 2.0}
+POINTS = {"softmax": 1.0, "attention": 3.0, "attention_head": 2.0, "concept_masked_row": 1.0}
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +99,7 @@ def test_honest_submission_full_marks_from_the_zips_copy(tmp_path, zip_path):
     root = _tree(tmp_path, zip_path, S.load(A))
     data = _run(root)
     _check_format(data)
-    assert data["score"] == 6.0, data
+    assert data["score"] == 7.0, data
     assert all(t["status"] == "passed" and "correct" in t["output"] for t in data["tests"])
     # graded by the zip's own copy of the grader, in a sandbox that was checked to work
     assert f"grader {root / 'source' / 'autograder' / '__init__.py'}" in data["_stdout"]
@@ -155,10 +155,10 @@ except Exception:
     _check_format(data)
     scores = {t["name"].split(":")[0]: t["score"] for t in data["tests"]}
     # the wrong softmax gets nothing; the other answers (correct) keep their points
-    assert scores == {"softmax": 0.0, "attention": 3.0, "attention_head": 2.0}, data
+    assert scores == {"softmax": 0.0, "attention": 3.0, "attention_head": 2.0, "concept_masked_row": 1.0}, data
     time.sleep(5)                       # the process left behind had its chance
     again = json.loads((root / "results" / "results.json").read_text())
-    assert again["score"] == 5.0 and again["tests"] == data["tests"]
+    assert again["score"] == 6.0 and again["tests"] == data["tests"]
     assert (root / "source" / "config.json").read_bytes() == config
 
 

@@ -2,7 +2,7 @@
 
 One batch is graded once (module fixture); each test reads its outcome. Every attacker is
 built from the real solutions/exercises notebook of 03_attention (questions softmax 1 pt,
-attention 3 pt, attention_head 2 pt) with one thing changed, and where possible the attack
+attention 3 pt, attention_head 2 pt, concept_masked_row 1 pt) with one thing changed, and where possible the attack
 targets a single question while the other answers stay correct: the attacked question must
 score zero, the others full marks, and the honest students in the same batch full marks.
 """
@@ -19,7 +19,7 @@ import grading_students as S
 
 A = "03_attention"
 B = "02_positional_encoding"
-POINTS = {"softmax": 1.0, "attention": 3.0, "attention_head": 2.0}
+POINTS = {"softmax": 1.0, "attention": 3.0, "attention_head": 2.0, "concept_masked_row": 1.0}
 TIMEOUT = 12
 
 
@@ -343,9 +343,9 @@ def test_every_row_present(batch):
     for student in expect:
         for qid in POINTS:
             assert (student, A, qid) in rows, (student, qid, log)
-    for qid in ("q1",):
+    for qid in ("q1", "concept_sinusoid_value"):
         assert ("honest1", B, qid) in rows
-    assert len(rows) == len(expect) * len(POINTS) + 1
+    assert len(rows) == len(expect) * len(POINTS) + 2
 
 
 @pytest.mark.parametrize("threat, student", [(t, s) for t, students in THREATS.items() for s in students],
@@ -400,9 +400,9 @@ def test_gradebook_intact_and_exportable(batch, tmp_path):
     import csv
     exported = {(r["student_id"], r["assignment"]): float(r["score"])
                 for r in csv.DictReader(open(out, newline=""))}
-    assert exported[("honest1", A)] == 6.0
+    assert exported[("honest1", A)] == 7.0
     assert exported[("vandal", A)] == 0.0
-    assert exported[("crash", A)] == 4.0
+    assert exported[("crash", A)] == 5.0
 
 
 def test_attackers_could_not_write_outside_the_sandbox(batch):
@@ -419,7 +419,7 @@ def test_feedback_files(batch):
     page = (root / "autograder-feedback" / "crash" / A / "feedback.html").read_text()
     assert "attention_head" in page and "not passed" in page and "RuntimeError" in page
     page = (root / "autograder-feedback" / "honest1" / A / "feedback.html").read_text()
-    assert page.count(">passed<") == 3
+    assert page.count(">passed<") == len(POINTS)
     # hidden test inputs of the notebook's test cells never appear in feedback
     assert "1e4" not in page and "perm" not in page
 

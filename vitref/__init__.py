@@ -12,6 +12,7 @@ from .attention import AttentionHead, causal_mask, scaled_dot_product_attention,
 from .blocks import FeedForwardBlock, LayerNorm, ResidualAdd, TransformerEncoderBlock
 from .decoder import DecoderBlock, MaskedMultiHeadAttention, Seq2SeqTransformer, ViTDecoder
 from .interop import from_timm
+from .kvcache import CachedSelfAttention
 from .multihead import CrossAttention, MultiHeadAttention, MultiHeadAttentionLoop, fused_from_loop
 from .patches import (
     ChannelwisePatchEmbedding,
@@ -39,7 +40,8 @@ __version__ = "0.1.0"
 # files changes when a graded answer could, and not when the training code, the data loaders, the
 # plots or the timm interop (no check calls from_timm) change. tests/test_vit.py keeps this list
 # equal to what `import vitref` loads, interop apart.
-GRADED_MODULES = ("__init__", "_checks", "attention", "multihead", "blocks", "positional", "patches", "vit", "decoder")
+GRADED_MODULES = ("__init__", "_checks", "attention", "multihead", "blocks", "positional", "patches", "vit", "decoder",
+                  "kvcache")
 
 
 def graded_modules() -> list:
@@ -54,6 +56,7 @@ __all__ = [
     "FeedForwardBlock", "LayerNorm", "ResidualAdd", "TransformerEncoderBlock",
     "DecoderBlock", "MaskedMultiHeadAttention", "Seq2SeqTransformer", "ViTDecoder",
     "from_timm",
+    "CachedSelfAttention",
     "CrossAttention", "MultiHeadAttention", "MultiHeadAttentionLoop", "fused_from_loop",
     "ChannelwisePatchEmbedding", "ConvPatchEmbedding", "LinearPatchEmbedding", "PatchEmbedding",
     "conv_from_linear", "image_to_patches", "linear_from_conv", "patches_to_image",

@@ -234,6 +234,8 @@ def match_mistake(question: Question, data: dict, verify: bool = True):
     message) is preferred to one that raised the same type, and that to one that raised
     another (two mistakes may fail on the same inputs: a class token not repeated over the
     batch and attention maps stacked the wrong way)."""
+    if question.kind == "value":
+        return _match_value(question, data)
     best, best_rank = None, 0
     for mistake, answer in mistake_answers(question):
         rank = _matches(question, answer, data, verify)
@@ -242,6 +244,24 @@ def match_mistake(question: Question, data: dict, verify: bool = True):
         if rank > best_rank:
             best, best_rank = mistake, rank
     return best
+
+
+def _match_value(question: Question, data: dict):
+    """A value question's catalogued wrong value equal to the student's answer (under the
+    question's tolerance), or None."""
+    from .catalogue.concepts import values_close
+
+    cases = data.get("cases") or []
+    if len(cases) != 1 or cases[0].get("error"):
+        return None
+    got = (cases[0].get("outputs") or {}).get("answer")
+    if got is None:
+        return None
+    got = float(np.asarray(got).reshape(-1)[0])
+    for mistake, answer in mistake_answers(question):
+        if values_close(got, answer, question.cases[0].params):
+            return mistake
+    return None
 
 
 def _matches(question, answer, data, verify) -> int:
@@ -336,6 +356,7 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
             return fail(f"Not accepted: {error}.", mistake="tamper")
         verify = False                          # checked once here; the caches below rely on it
     problems = []
+    verdict = entry(question.id).verdict
     try:
         for index, (case, student_case) in enumerate(zip(question.cases, cases)):
             if student_case.get("error"):
@@ -344,6 +365,11 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
             prop = property_problem(question, case, student_case)
             if prop:
                 problems.append((case, prop))
+                continue
+            if verdict is not None:
+                message = verdict(question, case, student_case)
+                if message:
+                    problems.append((case, message))
                 continue
             references, structural = reference_outputs(question, index, student_case, verify)
             if not references:
@@ -362,10 +388,10 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
     except TamperError as error:
         return fail(f"Not accepted: {error}.", mistake="tamper")
     if not problems:
-        return Result(qid, True, points, points,
-                      f"{question.title}: correct ({len(question.cases)} input sets checked).")
+        checked = "" if question.kind == "value" else f" ({len(question.cases)} input sets checked)"
+        return Result(qid, True, points, points, f"{question.title}: correct{checked}.")
     case, message = problems[0]
-    text = f"On input {case.label}: {message}."
+    text = f"{message}." if question.kind == "value" else f"On input {case.label}: {message}."
     if len(problems) > 1:
         text += f" ({len(problems)} of {len(question.cases)} input sets fail.)"
     mistake = None

@@ -12,7 +12,10 @@ from . import (  # noqa: F401
     ch05_blocks,
     ch06_patch_embedding,
     ch07_vit,
+    ch07_label_smoothing,
     ch08_decoder,
+    ch08_kvcache,
+    concepts,
 )
 from .base import Case, Question, register, registry  # noqa: F401
 

@@ -24,6 +24,11 @@ What a recipe may ask of its recorder ``rec`` (same calls on both sides):
   (``grad_x``); with a case parameter ``param_grads`` (True, or name fragments) every
   matching parameter must receive a nonzero gradient (detached/frozen parameters fail).
   Set ``grads=True`` in the case's params so the judge records the graph.
+
+Questions of ``kind="value"`` (:mod:`autograder.questions.concepts`) ask for a plain number
+(an int or a float: a count, a ratio, the number of a multiple-choice option): the recipe
+only records it (``rec.output("answer", value)``). The correct value lives on the grader's
+side only (the catalogue's ``references``), never in this package.
 """
 from __future__ import annotations
 
@@ -48,7 +53,7 @@ class Question:
     title: str
     points: float
     answer_name: str
-    kind: str                                  # "function" or "class"
+    kind: str                                  # "function", "class" or "value" (a plain number)
     signature: str                             # what the answer looks like, for messages and docs
     cases: Sequence[Case]
     run_case: Callable[[Any, Case, Any], None]  # (answer, case, recorder): probe and judge share it

@@ -281,6 +281,10 @@ class ProbeRecorder:
         if q.kind == "function" and (isinstance(answer, type) or not callable(answer)):
             data["fatal"] = f"{q.answer_name} should be a function, got {_kind_name(answer)}"
             return data
+        if q.kind == "value" and not is_plain_number(answer):
+            data["fatal"] = (f"{q.answer_name} should be a number (for example {q.answer_name} = 3 or 0.5), "
+                             f"got {_kind_name(answer)}")
+            return data
         import torch
         grad_mode = torch.is_grad_enabled()
         for index, case in enumerate(q.cases):
@@ -302,7 +306,21 @@ class ProbeRecorder:
         return data
 
 
+def is_plain_number(value) -> bool:
+    """A plain int or float (or a numpy scalar of those kinds): what a ``kind="value"``
+    question accepts. Not a bool, a string, a tensor, a callable or a subclass of int/float."""
+    import numpy as np
+    kind = type(value)
+    if kind in (int, float):
+        return True
+    return kind.__module__ == "numpy" and issubclass(kind, (np.integer, np.floating))
+
+
 def _kind_name(obj) -> str:
+    if obj is None:
+        return "None"
+    if obj is Ellipsis:
+        return "... (not filled in yet)"
     if isinstance(obj, type):
         return f"the class {obj.__name__}"
     if callable(obj):

@@ -286,6 +286,46 @@ class DecoderBlock(nn.Module):
         return x + self.mlp(self.norm3(x))
 
 
+def smoothed_cross_entropy(logits, targets, smoothing=0.1):
+    B, C = logits.shape
+    shifted = logits - logits.amax(dim=-1, keepdim=True)
+    log_probs = shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))   # (B, C)
+    q = torch.full_like(log_probs, smoothing / C)
+    q[torch.arange(B), targets] += 1 - smoothing
+    return -(q * log_probs).sum(dim=-1).mean()
+
+
+class CachedSelfAttention(nn.Module):
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(emb_size, 3 * emb_size)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, cache=None):
+        q, k, v = rearrange(self.qkv(x), "b t (qkv h d) -> qkv b h t d", qkv=3, h=self.num_heads)
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)
+            v = torch.cat([cache[1], v], dim=2)
+        T, total = q.shape[2], k.shape[2]
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        allowed = torch.ones(T, total, dtype=torch.bool, device=x.device).tril(total - T)
+        out = rearrange(scores.masked_fill(~allowed, -1e9).softmax(dim=-1) @ v, "b h t d -> b t (h d)")
+        return self.projection(out), (k, v)
+
+
+# ----------------------------------------------------------------- conceptual questions (plain numbers)
+numbers_per_token = 192
+table_entry = 0.48
+masked_row_weight = 0.2
+heads_param_factor = 1
+mlp_to_attention = 2.0
+warmup_option = 2
+position_rows = 197
+initial_loss = 2.30
+keys_without_cache = 55
+
+
 ANSWERS = {
     "patches": image_to_patches, "embedding_lookup": embed, "q1": getPositionEncoding, "softmax": softmax,
     "attention": scaled_dot_product_attention, "attention_head": AttentionHead, "q5": MultiHeadAttention,
@@ -293,7 +333,11 @@ ANSWERS = {
     "layernorm": LayerNorm, "post_ln_block": PostLNEncoderBlock, "q2": PatchEmbedding, "q3": PatchEmbedding,
     "q4": PatchEmbedding, "conv_patch_embedding": ConvPatchEmbedding, "vit_forward": ViT,
     "cross_entropy": cross_entropy, "causal_mask": causal_mask, "cross_attention": CrossAttention,
-    "decoder_block": DecoderBlock,
+    "decoder_block": DecoderBlock, "label_smoothing": smoothed_cross_entropy, "kv_cache": CachedSelfAttention,
+    "concept_patch_numbers": numbers_per_token, "concept_sinusoid_value": table_entry,
+    "concept_masked_row": masked_row_weight, "concept_heads_params": heads_param_factor,
+    "concept_mlp_share": mlp_to_attention, "concept_warmup": warmup_option, "concept_position_rows": position_rows,
+    "concept_initial_loss": initial_loss, "concept_decoding_work": keys_without_cache,
 }
 
 # Building blocks the catalogue's composite wrong answers need (see autograder.core.Mistake).

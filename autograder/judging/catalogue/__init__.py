@@ -20,15 +20,19 @@ class Entry:
     # when no catalogued mistake matches: diagnose(question, data) -> a sentence naming the
     # property that failed ("the output does not depend on the mask"), or None
     diagnose: Callable[[Any, dict], str | None] | None = None
+    # instead of comparing outputs with the references: verdict(question, case, student_case)
+    # -> None when the case passes, else a sentence for the student (value questions: never
+    # the expected value itself)
+    verdict: Callable[[Any, Any, dict], str | None] | None = None
 
 
 _ENTRIES: dict[str, Entry] = {}
 
 
-def add(qid: str, references, catalogue=(), reference_parts=None, diagnose=None) -> None:
+def add(qid: str, references, catalogue=(), reference_parts=None, diagnose=None, verdict=None) -> None:
     if qid in _ENTRIES:
         raise ValueError(f"duplicate catalogue entry {qid!r}")
-    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts, diagnose)
+    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts, diagnose, verdict)
 
 
 def entry(qid: str) -> Entry:
@@ -47,5 +51,8 @@ def _load() -> None:
         ch05_blocks,
         ch06_patch_embedding,
         ch07_vit,
+        ch07_label_smoothing,
         ch08_decoder,
+        ch08_kvcache,
+        concepts,
     )

@@ -1,0 +1,249 @@
+"""The values of the conceptual questions (:mod:`autograder.questions.concepts`) and the
+wrong values students give, each with a hint that teaches (grader side only).
+
+Each reference is computed, not typed, where it can be: from ``vitref``'s modules (parameter
+counts, the sinusoidal table, attention with a -1e9 fill) or from the formula. The tests
+(tests/test_exercises_new.py) recompute every value by running the code the question talks
+about.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..model import Mistake
+from . import add
+from ._common import vitref
+
+
+def _value(v):
+    """A catalogue builder returning the plain number ``v`` (the wrong answer)."""
+    return lambda parts: v
+
+
+def wrong(key, title, hint, *values):
+    """A mistake given as one or more wrong values (the first is the entry's answer)."""
+    first, *rest = values
+    return Mistake(key, title, hint, _value(first), also=tuple(_value(v) for v in rest))
+
+
+def values_close(got, expected, params) -> bool:
+    """Whether the answer ``got`` counts as ``expected`` under the case's comparison."""
+    got, expected = float(got), float(expected)
+    if math.isnan(got) and math.isnan(expected):
+        return True                                  # a catalogued "NaN" answer
+    if not (math.isfinite(got) and math.isfinite(expected)):
+        return False
+    if "options" in params:
+        return got == expected
+    atol, rtol = float(params.get("atol", 0.0)), float(params.get("rtol", 0.0))
+    if atol == 0 and rtol == 0:
+        return got == expected
+    return abs(got - expected) <= atol + rtol * abs(expected)
+
+
+def value_verdict(question, case, student_case):
+    """None when the student's number is the expected value; else a message that does not
+    give the value away."""
+    got = (student_case.get("outputs") or {}).get("answer")
+    if got is None:
+        return "No answer was recorded"
+    got = float(np.asarray(got).reshape(-1)[0])
+    params = case.params
+    if "options" in params:
+        n = int(params["options"])
+        if got != int(got) or not 1 <= got <= n:
+            return f"Answer with the number of one option, 1 to {n} (you answered {got:g})"
+    expected = entry_value(question.id)
+    if values_close(got, expected, params):
+        return None
+    if "options" in params:
+        return f"Option {int(got)} is not the right one: read the options again, then the hints"
+    if "atol" in params or "rtol" in params:
+        return (f"{got:g} is not the expected value (to the precision asked): predict it again with the hints, "
+                f"then run the code to check your prediction")
+    return (f"{got:g} is not the expected count: predict it again with the hints, then run the code to check "
+            f"your prediction")
+
+
+def entry_value(qid: str):
+    from . import entry
+    return entry(qid).references()[0]
+
+
+def concept(qid, compute, mistakes):
+    add(qid, references=lambda: [compute()], catalogue=mistakes, verdict=value_verdict)
+
+
+# ------------------------------------------------------------------ 01 tokens
+
+def _patch_numbers():
+    import torch
+    patches = vitref().image_to_patches(torch.zeros(1, 3, 32, 32), 8)      # (1, N, P*P*C)
+    return int(patches.shape[-1])
+
+
+concept("concept_patch_numbers", _patch_numbers, [
+    wrong("forgot_channels", "counted one channel only",
+          "A patch of an RGB image holds P x P pixels with 3 numbers each: the flattened token has P*P*C numbers.",
+          64),
+    wrong("counted_tokens", "counted the tokens, not the numbers in one token",
+          "(32/8)^2 = 16 is the number of tokens of the image; the question asks how long one token vector is.",
+          16),
+    wrong("counted_pixels", "counted the pixels of the whole image",
+          "One token is one P x P patch, not the whole image: P*P*C numbers.", 1024, 3072),
+])
+
+# ------------------------------------------------------------------ 02 positional encoding
+
+
+def _sinusoid():
+    table = vitref().sinusoidal_encoding(8, 4, n=100)
+    return round(float(np.asarray(table)[5, 2]), 4)
+
+
+concept("concept_sinusoid_value", _sinusoid, [
+    wrong("sin_cos_swapped", "cosine where the sine goes",
+          "Even columns 2i hold sin(k / n^(2i/d)), odd columns 2i+1 the cosine: column 2 is a sine (i = 1).",
+          round(math.cos(5 / 10), 4)),
+    wrong("column_as_i", "the column index used as i",
+          "Columns 2i and 2i+1 share one frequency: column 2 has i = 1, so the denominator is n^(2*1/d) = 100^(1/2).",
+          round(math.sin(5 / 100), 4), round(math.sin(5 / 100 ** 0.25), 4)),
+    wrong("no_denominator", "the position without its denominator",
+          "Each pair of columns divides the position by n^(2i/d) before the sine: sin(k / n^(2i/d)).",
+          round(math.sin(5), 4)),
+    wrong("degrees", "the angle read in degrees",
+          "numpy's sin takes radians: sin(0.5) for an angle of 0.5 rad.", round(math.sin(math.radians(0.5)), 4)),
+])
+
+# ------------------------------------------------------------------ 03 attention
+
+
+def _masked_row():
+    import torch
+    q, k, v = torch.randn(1, 1, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 3)
+    scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(torch.zeros(1, 1, 5, dtype=torch.bool) == 0, -1e9)
+    return round(float(vitref().softmax(scores.double(), dim=-1)[0, 0, 0]), 6)
+
+
+concept("concept_masked_row", _masked_row, [
+    wrong("zero_weights", "all weights zero",
+          "-1e9 is a finite number: all five scores become -1e9, equal, and the softmax of equal scores is uniform "
+          "(zeros are what -inf with NaN rows set to 0 gives, a different convention).", 0.0),
+    wrong("one_weight", "one key gets all the weight",
+          "No score stands out when they are all -1e9: the softmax spreads the weight evenly over the keys.", 1.0),
+    wrong("nan_row", "NaN",
+          "NaN comes from -inf fills (exp(-inf) / sum = 0/0); -1e9 is finite, so the row is a proper softmax.",
+          float("nan")),
+])
+
+# ------------------------------------------------------------------ 04 multi-head attention
+
+
+def _heads_factor():
+    mha = vitref().MultiHeadAttention
+    count = lambda m: sum(p.numel() for p in m.parameters())      # noqa: E731
+    return count(mha(64, 8)) / count(mha(64, 4))
+
+
+concept("concept_heads_params", _heads_factor, [
+    wrong("params_per_head", "each head adds its own full-size projections",
+          "The heads split emb_size: with h heads each has d = emb_size / h, and qkv stays one "
+          "(emb_size, 3 emb_size) layer whatever h is. Count the parameters of both modules.", 2.0),
+    wrong("inverse_per_head", "smaller heads, fewer parameters",
+          "Smaller heads, but twice as many of them: h * d = emb_size in both modules.", 0.5),
+    wrong("score_pairs", "the number of score matrices counted as parameters",
+          "More heads compute more (N x N) score matrices, but scores are activations, not parameters: the "
+          "learned weights are qkv and projection, whose shapes do not depend on h.", 4.0),
+])
+
+# ------------------------------------------------------------------ 05 blocks
+
+
+def _mlp_share():
+    v = vitref()
+    count = lambda m: sum(p.numel() for p in m.parameters())      # noqa: E731
+    return count(v.FeedForwardBlock(768, 4)) / count(v.MultiHeadAttention(768, 12))
+
+
+concept("concept_mlp_share", _mlp_share, [
+    wrong("inverted", "attention over feed-forward",
+          "The question asks feed-forward / attention. Attention has 4 E x E matrices (q, k, v, projection); "
+          "the feed-forward block 2 E x 4E ones.", 0.5),
+    wrong("expansion", "the expansion factor",
+          "The hidden layer is 4 times wider, but there are two feed-forward matrices (8 E^2) against "
+          "attention's four (4 E^2).", 4.0),
+    wrong("equal", "equal shares",
+          "Count them: q, k, v and the output projection are 4 E^2 weights; the MLP's two layers E x 4E and 4E x E "
+          "are 8 E^2.", 1.0),
+    wrong("three_matrices", "attention counted as three matrices (q, k, v)",
+          "Attention also has its output projection: 4 E^2, not 3 E^2.", 8 / 3),
+])
+
+WARMUP_RIGHT = 2
+
+concept("concept_warmup", lambda: WARMUP_RIGHT, [
+    wrong("layernorm_init", "LayerNorm's initial weights",
+          "LayerNorm's gain starts at 1 and its bias at 0, and both train from the first step: nothing waits for "
+          "the learning rate. Think about where post-LN's gradients are largest at initialisation.", 1),
+    wrong("softmax_uniform", "the attention softmax",
+          "Warm-up does not act on the attention weights, and a uniform softmax at the start is harmless. Think "
+          "about the size of the first Adam steps and where post-LN's gradients are largest.", 3),
+    wrong("residual_growth", "the residual stream grows",
+          "That is pre-LN: its residual stream grows slowly with depth, and it trains without warm-up. Post-LN "
+          "re-normalises after every sum; its problem is the gradients, largest near the output.", 4),
+])
+
+# ------------------------------------------------------------------ 06 patch embedding
+
+
+def _position_rows():
+    return (224 // 16) ** 2 + 1
+
+
+concept("concept_position_rows", _position_rows, [
+    wrong("no_class_token", "the class token forgotten",
+          "The table has one row per token, and the class token is a token too: N + 1 rows.", 196),
+    wrong("per_side", "patches along one side",
+          "224 / 16 = 14 patches per side, 14 x 14 patches in all, plus the class token.", 14, 15),
+    wrong("pixels", "one row per pixel",
+          "Positions belong to tokens (patches), not pixels.", 224 * 224, 224 * 224 + 1),
+])
+
+# ------------------------------------------------------------------ 07 ViT
+
+
+def _initial_loss():
+    import torch
+    loss = -vitref().softmax(torch.zeros(1, 10, dtype=torch.float64), dim=-1)[0, 3].log()
+    return round(float(loss), 4)
+
+
+concept("concept_initial_loss", _initial_loss, [
+    wrong("log10", "logarithm in base 10",
+          "The cross-entropy uses the natural logarithm: -ln(1/10).", 1.0),
+    wrong("log2", "logarithm in base 2",
+          "The cross-entropy uses the natural logarithm (nats, not bits): -ln(1/10).", round(math.log2(10), 4)),
+    wrong("probability", "the probability, not the loss",
+          "Equal logits give every class probability 1/10; the loss is minus its logarithm.", 0.1),
+    wrong("zero", "zero loss",
+          "A loss of 0 means probability 1 on the right class; an untrained model is unsure: 1/10 per class.", 0.0),
+])
+
+# ------------------------------------------------------------------ 08 decoder
+
+
+def _keys_without_cache():
+    return sum(range(1, 11))
+
+
+concept("concept_decoding_work", _keys_without_cache, [
+    wrong("with_cache", "the count with a cache",
+          "With a cache each step computes the key of the new token only (10 in all). Without it, step t "
+          "recomputes the keys of all t tokens of the prefix.", 10),
+    wrong("square", "T x T",
+          "Step t has t tokens, not 10: the prefix grows, 1 + 2 + ... + 10.", 100),
+    wrong("off_by_one", "the last step left out (or the first)",
+          "Steps 1 to 10 compute 1, 2, ..., 10 keys: add all ten.", 45, 66),
+])

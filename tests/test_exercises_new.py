@@ -1,0 +1,466 @@
+"""The exercises added for "Exercises that teach": questions of kind "value" (conceptual
+questions answered with a number), label smoothing, the KV cache, and what the notebooks must
+show (hints on every question, the names the checks need, the slides' blanks).
+
+Each new question: correct variants pass, realistic mistakes are rejected and (where
+catalogued) named; the value questions never give their value away.
+"""
+from __future__ import annotations
+
+import ast
+import math
+import re
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from einops import rearrange
+from torch import nn
+
+import autograder
+import vitref
+from autograder.judging.catalogue import entry
+from autograder.student.probe import ProbeRecorder
+from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
+
+ROOT = Path(__file__).resolve().parents[1]
+ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir())
+VALUE_QUESTIONS = [q for q in autograder.questions() if q.kind == "value"]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def count(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+# ======================================================================= value questions
+
+def test_every_chapter_has_a_graded_conceptual_question():
+    chapters = {q.chapter for q in VALUE_QUESTIONS}
+    assert chapters == {q.chapter for q in autograder.questions()}
+    assert any("options" in q.cases[0].params for q in VALUE_QUESTIONS), "a multiple-choice question"
+
+
+def _independent_values() -> dict:
+    """Every conceptual question's value, recomputed here by running the code it talks about
+    (the course's solutions, not the catalogue)."""
+    masked = S.scaled_dot_product_attention(torch.randn(1, 1, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 3),
+                                            torch.zeros(1, 1, 5, dtype=torch.bool))[1]
+    assert torch.allclose(masked, torch.full_like(masked, masked[0, 0, 0].item()))
+    keys, cache = 0, 0
+    for step in range(1, 11):           # without a cache, step t computes the keys of all t tokens
+        keys += step
+        cache += 1
+    assert cache == 10
+    return {
+        "concept_patch_numbers": S.image_to_patches(torch.zeros(1, 3, 32, 32), 8).shape[-1],
+        "concept_sinusoid_value": float(S.getPositionEncoding(8, 4, n=100)[5, 2]),
+        "concept_masked_row": float(masked[0, 0, 0]),
+        "concept_heads_params": count(S.MultiHeadAttention(64, 8)) / count(S.MultiHeadAttention(64, 4)),
+        "concept_mlp_share": count(S.FeedForwardBlock(768)) / count(S.MultiHeadAttention(768, 12)),
+        "concept_position_rows": S.PatchEmbedding(3, 16, 768, img_size=224).sinusoids_positions.shape[0],
+        "concept_initial_loss": float(S.cross_entropy(torch.zeros(1, 10), torch.tensor([3]))),
+        "concept_decoding_work": keys,
+    }
+
+
+@pytest.mark.parametrize("qid, value", sorted(_independent_values().items()))
+def test_value_computed_by_running_the_code_passes(qid, value):
+    """The number the code gives is accepted (the catalogue's value agrees with the code)."""
+    result = autograder.check(qid, value)
+    assert result.passed, result.feedback
+    assert result.feedback.endswith("correct.")
+
+
+def test_the_multiple_choice_answer_is_the_option_the_chapter_argues():
+    nb = nbformat.read(ROOT / "solutions" / "05_blocks" / "05_blocks.ipynb", as_version=4)
+    text = next(c.source for c in nb.cells if c.id == "concept-warmup-intro")
+    options = dict(re.findall(r"^(\d)\. (.+?)(?=^\d\. |\Z)", text, flags=re.MULTILINE | re.DOTALL))
+    assert sorted(options) == ["1", "2", "3", "4"]
+    right = [k for k, v in options.items() if "gradients are largest near the output" in v]
+    assert right == ["2"]
+    assert autograder.check("concept_warmup", int(right[0])).passed
+    for wrong in set(options) - set(right):
+        result = autograder.check("concept_warmup", int(wrong))
+        assert not result.passed and result.mistake, result.feedback
+
+
+@pytest.mark.parametrize("qid, inside, outside", [
+    ("concept_sinusoid_value", [0.48, 0.479, 0.4794, 0.47943], [0.47, 0.49, 0.5]),
+    ("concept_initial_loss", [2.3, 2.30, 2.303, np.float32(2.3026)], [2.2, 2.4, 2.31]),
+    ("concept_mlp_share", [2, 2.0, 1.999, 1.99], [1.95, 2.05, 2.1]),
+    ("concept_masked_row", [0.2, 1 / 5, np.float64(0.2)], [0.19, 0.21, 0.25]),
+    ("concept_patch_numbers", [192, 192.0, np.int64(192)], [191, 193]),
+    ("concept_warmup", [2, 2.0], [5, 0, -1, 2.5]),
+])
+def test_tolerance_of_value_questions(qid, inside, outside):
+    for value in inside:
+        assert autograder.check(qid, value).passed, (qid, value)
+    for value in outside:
+        result = autograder.check(qid, value)
+        assert not result.passed and result.score == 0, (qid, value)
+
+
+@pytest.mark.parametrize("q", VALUE_QUESTIONS, ids=lambda q: q.id)
+def test_a_wrong_value_is_rejected_without_giving_the_value_away(q):
+    expected = float(entry(q.id).references()[0])
+    params = q.cases[0].params
+    wrong = int(params["options"]) + 1 if "options" in params else expected * 3 + 7.5
+    result = autograder.check(q.id, wrong)
+    assert not result.passed and result.mistake is None
+    for shown in {f"{expected:g}", f"{expected:.2f}", f"{expected:.3g}", str(expected)}:
+        assert shown not in result.feedback.replace(f"{wrong:g}", ""), (shown, result.feedback)
+
+
+@pytest.mark.parametrize("q", VALUE_QUESTIONS, ids=lambda q: q.id)
+def test_catalogued_values_are_named_with_a_hint(q):
+    mistakes = entry(q.id).catalogue
+    assert len(mistakes) >= 2
+    for mistake in mistakes:
+        for wrong in mistake.answers(None):
+            result = autograder.check(q.id, wrong)
+            assert not result.passed and result.mistake == mistake.key, (q.id, wrong, result.feedback)
+            assert mistake.hint in result.feedback
+
+
+def _numbers(text: str) -> list[float]:
+    return [float(x) for x in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?", text)]
+
+
+@pytest.mark.parametrize("q", [q for q in VALUE_QUESTIONS if "options" not in q.cases[0].params],
+                         ids=lambda q: q.id)
+def test_the_value_is_not_in_what_the_sandbox_holds(q):
+    """questions/ runs beside student code: nothing it says about a value question (title,
+    signature, skeleton, case parameters) is the expected value. (An option number, 1 to 4,
+    is unavoidably a small integer: the next test looks at the multiple-choice question.)"""
+    from autograder.judging.catalogue.concepts import values_close
+
+    params = q.cases[0].params
+    expected = entry(q.id).references()[0]
+    text = " ".join([q.title, q.signature, q.skeleton, " ".join(q.outputs.values()), repr(dict(params))])
+    assert not [x for x in _numbers(text) if values_close(x, expected, params)], (q.id, text)
+
+
+def test_the_right_option_is_not_in_what_the_sandbox_holds():
+    source = (ROOT / "autograder" / "questions" / "concepts.py").read_text()
+    assert "WARMUP_RIGHT" not in source and "warmup_option = " not in source
+    from autograder.judging.catalogue import concepts
+    assert concepts.WARMUP_RIGHT == 2
+
+
+def test_value_probe_accepts_numbers_only():
+    q = autograder.question("concept_masked_row")
+    for good in (0, 0.2, np.float32(0.2), np.int64(3)):
+        data = ProbeRecorder(q).run(good)
+        assert data["fatal"] is None and len(data["cases"]) == 1, good
+    for bad in (None, ..., "0.2", True, [0.2], torch.tensor(0.2), lambda: 0.2, int, np.array([0.2])):
+        data = ProbeRecorder(q).run(bad)
+        assert data["fatal"] and "should be a number" in data["fatal"], bad
+
+
+def test_value_question_answer_of_the_wrong_type_gets_a_clear_message():
+    result = autograder.check("concept_decoding_work", "55")
+    assert not result.passed and "keys_without_cache should be a number" in result.feedback
+
+
+# ======================================================================= label smoothing
+
+def _formula(logits, targets, eps):
+    """The book's definition, written out with vitref's softmax, in float64."""
+    logits = logits.double()
+    log_p = torch.log(vitref.softmax(logits, dim=-1))
+    C = logits.shape[-1]
+    q = torch.full_like(log_p, eps / C)
+    q[torch.arange(len(targets)), targets] += 1 - eps
+    return -(q * log_p).sum(-1).mean()
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.3, 1.0])
+def test_label_smoothing_reference_is_the_books_formula(eps):
+    reference = entry("label_smoothing").references()[0]
+    logits, targets = torch.randn(6, 7, dtype=torch.float64), torch.randint(0, 7, (6,))
+    assert torch.allclose(reference(logits, targets, eps), _formula(logits, targets, eps), atol=1e-12)
+
+
+def ls_decomposed(logits, targets, smoothing=0.1):
+    log_p = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    nll = -log_p.gather(1, targets[:, None]).squeeze(1)
+    return ((1 - smoothing) * nll - smoothing * log_p.mean(dim=-1)).mean()
+
+
+def ls_one_hot(logits, targets, smoothing=0.1):
+    C = logits.shape[-1]
+    shifted = logits - logits.max(dim=1, keepdim=True).values
+    log_p = shifted - shifted.exp().sum(dim=1, keepdim=True).log()
+    q = F.one_hot(targets, C).to(logits.dtype) * (1 - smoothing) + smoothing / C
+    return torch.mean(torch.sum(-q * log_p, dim=1))
+
+
+def ls_loop(logits, targets, smoothing=0.1):
+    losses = []
+    for row, t in zip(logits, targets):
+        m = row.max()
+        log_p = row - m - torch.log(torch.exp(row - m).sum())
+        losses.append(-(1 - smoothing) * log_p[t] - smoothing * log_p.mean())
+    return torch.stack(losses).mean()
+
+
+@pytest.mark.parametrize("answer", [S.smoothed_cross_entropy, ls_decomposed, ls_one_hot, ls_loop],
+                         ids=lambda a: a.__name__)
+def test_label_smoothing_correct_variants_pass(answer):
+    result = autograder.check("label_smoothing", answer)
+    assert result.passed, result.feedback
+
+
+def ls_library(logits, targets, smoothing=0.1):
+    return F.cross_entropy(logits, targets, label_smoothing=smoothing)
+
+
+def ls_log_softmax(logits, targets, smoothing=0.1):
+    log_p = F.log_softmax(logits, dim=-1)
+    return ((1 - smoothing) * -log_p.gather(1, targets[:, None]).squeeze(1) - smoothing * log_p.mean(-1)).mean()
+
+
+def ls_float32(logits, targets, smoothing=0.1):
+    return S.smoothed_cross_entropy(logits.float(), targets, smoothing)
+
+
+def ls_default_zero(logits, targets, smoothing=0.0):
+    return S.smoothed_cross_entropy(logits, targets, smoothing)
+
+
+def ls_detached(logits, targets, smoothing=0.1):
+    return S.smoothed_cross_entropy(logits.detach(), targets, smoothing)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (ls_library, "Not accepted"), (ls_log_softmax, "Not accepted"),
+    (ls_float32, "float32 although the inputs"), (ls_default_zero, "called without smoothing"),
+    (ls_detached, "does not depend differentiably"),
+], ids=lambda a: getattr(a, "__name__", "words"))
+def test_label_smoothing_realistic_mistakes_are_rejected(answer, words):
+    result = autograder.check("label_smoothing", answer)
+    assert not result.passed and result.score == 0
+    assert words in result.feedback, result.feedback
+
+
+# ======================================================================= KV cache
+
+@pytest.mark.parametrize("emb, heads, steps", [(8, 2, [3, 1, 1, 1]), (12, 3, [1, 2, 1, 3]), (16, 4, [1] * 6),
+                                               (8, 4, [6])])
+def test_kv_cache_reference_equals_recomputing_the_prefix(emb, heads, steps):
+    """vitref.CachedSelfAttention, step by step, gives the rows of the causal multi-head
+    attention of the whole sequence (vitref.MultiHeadAttention with the same weights)."""
+    torch.manual_seed(0)
+    cached = vitref.CachedSelfAttention(emb, heads).double()
+    full_mha = vitref.MultiHeadAttention(emb, heads).double()
+    full_mha.load_state_dict(cached.state_dict())
+    x = torch.randn(2, sum(steps), emb, dtype=torch.float64)
+    expected = full_mha(x, causal=True)
+    cache, start, outs = None, 0, []
+    for length in steps:
+        out, cache = cached(x[:, start:start + length], cache)
+        outs.append(out)
+        start += length
+        assert cache[0].shape == (2, heads, start, emb // heads) == cache[1].shape
+    assert torch.allclose(torch.cat(outs, dim=1), expected, atol=1e-12)
+
+
+class KVMinusInf(S.CachedSelfAttention):
+    """-inf fills and the mask from absolute positions."""
+
+    def forward(self, x, cache=None):
+        q, k, v = rearrange(self.qkv(x), "b t (qkv h d) -> qkv b h t d", qkv=3, h=self.num_heads)
+        past = 0 if cache is None else cache[0].shape[2]
+        if cache is not None:
+            k, v = torch.cat((cache[0], k), 2), torch.cat((cache[1], v), 2)
+        scores = torch.einsum("bhtd,bhsd->bhts", q, k) / math.sqrt(q.shape[-1])
+        query_pos = torch.arange(past, past + q.shape[2])[:, None]
+        scores = scores.masked_fill(torch.arange(k.shape[2])[None, :] > query_pos, float("-inf"))
+        out = rearrange(scores.softmax(-1) @ v, "b h t d -> b t (h d)")
+        return self.projection(out), [k, v]           # a list is a fine cache too
+
+
+class KVLoopOverTokens(S.CachedSelfAttention):
+    """Every new token processed one at a time through the cache (a chunk = several steps)."""
+
+    def forward(self, x, cache=None):
+        outs = []
+        for t in range(x.shape[1]):
+            out, cache = S.CachedSelfAttention.forward(self, x[:, t:t + 1], cache)
+            outs.append(out)
+        return torch.cat(outs, dim=1), cache
+
+
+@pytest.mark.parametrize("answer", [S.CachedSelfAttention, KVMinusInf, KVLoopOverTokens], ids=lambda a: a.__name__)
+def test_kv_cache_correct_variants_pass(answer):
+    result = autograder.check("kv_cache", answer)
+    assert result.passed, result.feedback
+
+
+class KVLibrary(S.CachedSelfAttention):
+    def forward(self, x, cache=None):
+        q, k, v = rearrange(self.qkv(x), "b t (qkv h d) -> qkv b h t d", qkv=3, h=self.num_heads)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], 2), torch.cat([cache[1], v], 2)
+        T, total = q.shape[2], k.shape[2]
+        mask = torch.ones(T, total, dtype=torch.bool).tril(total - T)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        return self.projection(rearrange(out, "b h t d -> b t (h d)")), (k, v)
+
+
+class KVNoCacheReturned(S.CachedSelfAttention):
+    def forward(self, x, cache=None):
+        return S.CachedSelfAttention.forward(self, x, cache)[0]
+
+
+class KVCacheInputs(S.CachedSelfAttention):
+    """Caches the token vectors x instead of the keys and values (recomputes the prefix)."""
+
+    def forward(self, x, cache=None):
+        whole = x if cache is None else torch.cat([cache, x], dim=1)
+        out = S.CachedSelfAttention.forward(self, whole)[0][:, -x.shape[1]:]
+        return out, whole
+
+
+class KVHeadsMerged(nn.Module):
+    """Caches keys (B, S, E) with the heads merged."""
+
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(emb_size, 3 * emb_size)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, cache=None):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)                                    # (B, T, E)
+        if cache is not None:
+            k, v = torch.cat([cache[0], k], 1), torch.cat([cache[1], v], 1)
+        split = lambda t: rearrange(t, "b t (h d) -> b h t d", h=self.num_heads)  # noqa: E731
+        T, total = q.shape[1], k.shape[1]
+        scores = split(q) @ split(k).transpose(-2, -1) / (q.shape[-1] // self.num_heads) ** 0.5
+        scores = scores.masked_fill(~torch.ones(T, total, dtype=torch.bool).tril(total - T), -1e9)
+        out = rearrange(scores.softmax(-1) @ split(v), "b h t d -> b t (h d)")
+        return self.projection(out), (k, v)
+
+
+@pytest.mark.parametrize("answer, words", [
+    (KVLibrary, "Not accepted"),
+    (KVNoCacheReturned, "should return a tuple (out, cache)"),
+    (KVCacheInputs, "the cache returned by forward should be a tuple (keys, values)"),
+    (KVHeadsMerged, "expected cached keys of shape"),
+], ids=lambda a: getattr(a, "__name__", "words"))
+def test_kv_cache_realistic_mistakes_are_rejected(answer, words):
+    result = autograder.check("kv_cache", answer)
+    assert not result.passed and result.score == 0
+    assert words in result.feedback, result.feedback
+
+
+def test_kv_cache_mistakes_are_named_with_the_step_that_differs():
+    from autograder.judging.catalogue.ch08_kvcache import _cached
+
+    result = autograder.check("kv_cache", _cached(causal="tril", fill=-1e9)(None))
+    assert result.mistake == "mask_without_offset"
+    assert "out of step 2" in result.feedback and "a prompt of 3 tokens" in result.feedback
+
+
+def test_kv_cache_cases_use_several_heads_and_grow_the_cache():
+    for case in autograder.question("kv_cache").cases:
+        assert case.params["h"] >= 2 and len(case.params["steps"]) >= 4
+
+
+# ======================================================================= the notebooks
+
+def _cells(name):
+    return nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4).cells
+
+
+def _grade_id(cell):
+    m = re.match(r'print\(autograder\.grade\("(\w+)"', cell.source)
+    return m.group(1) if m else None
+
+
+def _sections(name):
+    """(qid, markdown before the answer cell since the previous test cell, answer cell)."""
+    cells, found, markdown = _cells(name), [], []
+    for i, cell in enumerate(cells):
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "markdown":
+            markdown.append(cell)
+        elif meta.get("solution"):
+            test = next(c for c in cells[i + 1:] if c.metadata.get("nbgrader", {}).get("grade"))
+            found.append((_grade_id(test), markdown, cell))
+            markdown = []
+        elif meta.get("grade"):
+            markdown = []
+    return found
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_every_question_has_two_collapsible_hints_after_its_text(name):
+    sections = _sections(name)
+    assert sections
+    for qid, markdown, _answer in sections:
+        assert len(markdown) >= 2, f"{name}/{qid}: the question text, then a hint cell"
+        hint = markdown[-1].source
+        assert hint.count("<details>") == 2 and hint.count("</details>") == 2, (name, qid)
+        assert hint.index("<summary>Hint 1</summary>") < hint.index("<summary>Hint 2</summary>"), (name, qid)
+        assert "\n\n" in hint.split("</summary>")[1], "a blank line after <summary> lets Markdown render inside"
+
+
+def _assigned(code: str) -> set[str]:
+    names = set()
+    for node in ast.walk(ast.parse(code)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
+            node, (ast.AugAssign, ast.AnnAssign)) else []
+        for target in targets:       # x = ..., a, b = ...; not self.x = ... nor P[k] = ...
+            for sub in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
+                if isinstance(sub, ast.Name):
+                    names.add(sub.id)
+    return names
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_names_the_given_code_needs_are_said_before_the_answer_cell(name):
+    """A variable the answer must define (assigned inside the solution region, read by the
+    given code after it, or the value of a value question) is named in the markdown above."""
+    for qid, markdown, answer in _sections(name):
+        src = answer.source
+        begin, end = src.index("### BEGIN SOLUTION"), src.index("### END SOLUTION")
+        region = "\n".join(line.strip() for line in src[begin:end].splitlines()[1:])
+        try:
+            names = _assigned(region)
+        except SyntaxError:       # a region that is the body of an if/for: dedent failed, parse lines
+            names = set(re.findall(r"^\s*(\w+)\s*(?:,\s*\w+\s*)*=", src[begin:end], flags=re.MULTILINE))
+        after = src[end:].split("\n\n\n")[0]
+        needed = {n for n in names if re.search(rf"\b{n}\b", after)}
+        if autograder.question(qid).kind == "value":
+            needed.add(autograder.question(qid).answer_name)
+        text = "\n".join(c.source for c in markdown)
+        missing = sorted(n for n in needed if f"`{n}`" not in text and f"`{n} " not in text)
+        assert not missing, f"{name}/{qid}: the text above the answer never names {missing}"
+
+
+@pytest.mark.parametrize("name, qid, scaffold", [
+    ("06_patch_embedding", "q2", ['Rearrange("b c (h s1) (w s2) -> " + output_axes', "nn.Linear(in_features, out_features)"]),
+    ("06_patch_embedding", "q3", ["cls_tokens = repeat(self.cls_token, pattern, b=b)"]),
+    ("04_multihead_attention", "q5", ['torch.einsum("bhal, bhlv -> " + einsum_output, att, values)',
+                                      "rearrange(out, merge_heads)"]),
+])
+def test_the_exercise_shows_the_slides_partial_code(name, qid, scaffold):
+    exercise = nbformat.read(ROOT / "exercises" / name / f"{name}.ipynb", as_version=4)
+    cell = next(c for c in exercise.cells if c.id == f"{qid}-answer")
+    assert "raise NotImplementedError()" in cell.source
+    for line in scaffold:
+        assert line in cell.source, (qid, line)
+        assert cell.source.index("raise NotImplementedError()") < cell.source.index(line)
