@@ -214,11 +214,17 @@ def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False,
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
-        os.waitpid(pid, 0)
+        _, status = os.waitpid(pid, 0)
+    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
     if hung:
         emit(wire.frame({"event": "unavailable", "qid": q.id,
                          "reason": f"checking {q.answer_name} did not finish within the time limit of "
                                    f"{budget:.0f} s (the answer hung and was stopped)"}))
+    elif not finished and killed:
+        emit(wire.frame({"event": "unavailable", "qid": q.id,
+                         "reason": f"checking {q.answer_name} stopped its process: it was killed, most likely "
+                                   f"for using more memory than the limit (MemoryError or the out-of-memory "
+                                   f"killer)"}))
     elif not finished:
         emit(wire.frame({"event": "unavailable", "qid": q.id,
                          "reason": f"checking {q.answer_name} stopped its process (the answer exited or "
