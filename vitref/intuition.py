@@ -28,7 +28,7 @@ from einops import rearrange
 from torch import nn
 
 from ._checks import shape_str
-from .attention import _mask_as_bool, softmax
+from .attention import mask_as_bool, softmax
 
 
 def _as_points(x: torch.Tensor, name: str) -> torch.Tensor:
@@ -152,7 +152,7 @@ def attention_from_scores(scores: torch.Tensor, values: torch.Tensor, mask=None)
             f"disagree on the number of keys S ({scores.shape[-1]} vs {values.shape[-2]})"
         )
     if mask is not None:
-        scores = scores.masked_fill(~_mask_as_bool(mask, scores.shape), float("-inf"))
+        scores = scores.masked_fill(~mask_as_bool(mask, scores.shape), float("-inf"))
     weights = softmax(scores, dim=-1)                                      # (..., T, S)
     return weights @ values, weights                                       # (..., T, d_v)
 
