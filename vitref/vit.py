@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -47,8 +49,9 @@ class ViT(nn.Module):
         if img_size % patch_size:
             raise ValueError(f"image size {img_size} is not divisible by patch size {patch_size}")
         check_divisible(dim, num_heads)
-        self.config = dict(img_size=img_size, patch_size=patch_size, in_channels=in_channels, num_classes=num_classes,
-                           dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim, dropout=dropout, norm_eps=norm_eps, pool=pool)
+        self.config: dict[str, Any] = dict(
+            img_size=img_size, patch_size=patch_size, in_channels=in_channels, num_classes=num_classes,
+            dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim, dropout=dropout, norm_eps=norm_eps, pool=pool)
         self.pool = pool
         self.img_size, self.patch_size, self.in_channels = img_size, patch_size, in_channels
         self.num_patches = (img_size // patch_size) ** 2

@@ -107,6 +107,7 @@ def pack_inputs(arrays: dict[str, np.ndarray], pool: np.ndarray) -> bytes:
     sandbox receives. The descriptions travel in ``keys`` (a unicode array)."""
     names = sorted(arrays)
     buffer = io.BytesIO()
+    # numpy's stub gives **kwds the type of savez's allow_pickle: bool
     np.savez(buffer, keys=np.array(names, dtype=np.str_), pool=np.asarray(pool, dtype=np.float32),
-             **{f"a{i}": arrays[name] for i, name in enumerate(names)})
+             **{f"a{i}": arrays[name] for i, name in enumerate(names)})  # type: ignore[arg-type]
     return buffer.getvalue()

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import sys
 import time
+from typing import Any
 
 from .. import data as vdata
 from .config import PRESETS, TrainConfig
@@ -52,7 +53,7 @@ def parse_args(argv=None) -> TrainConfig:
                         help="start from a named recipe; other options override it")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = type(f.default) if f.default is not None else None
+        kind: Any = type(f.default) if f.default is not None else None   # int, float or str here
         if f.name == "dataset":
             parser.add_argument(flag, choices=sorted(vdata.DATASET_INFO), default=None)
         elif isinstance(f.default, bool):

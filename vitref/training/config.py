@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -65,7 +66,7 @@ class TrainConfig:
     progress: bool = True
 
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     # the Fashion-MNIST CPU recipe: the TrainConfig defaults
     "fashion-mnist-cpu": {},
     # CIFAR-10 on a GPU (Colab T4 or better): vit_tiny_cifar10's shape, stronger regularisation

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 
@@ -36,7 +37,8 @@ def init_sincos_positions(model: torch.nn.Module) -> None:
     :func:`vitref.sinusoidal_encoding`; the class token's position starts at zero. The
     positions stay trainable: only their starting point changes.
     """
-    num_tokens, dim = model.pos_embed.shape[1:]
+    pos_embed = cast(torch.Tensor, model.pos_embed)   # vitref.ViT's or timm's (1, N+1, D) parameter
+    num_tokens, dim = pos_embed.shape[1:]
     side = math.isqrt(num_tokens - 1)
     if side * side != num_tokens - 1 or dim % 4:
         raise ValueError(f"sincos positions need a square grid and dim divisible by 4, got {num_tokens - 1} patches, dim {dim}")
@@ -44,8 +46,8 @@ def init_sincos_positions(model: torch.nn.Module) -> None:
     rows = table[:, None, :].expand(side, side, dim // 2)                 # (side, side, D/2): row of each patch
     cols = table[None, :, :].expand(side, side, dim // 2)                 # (side, side, D/2): column of each patch
     grid = torch.cat([rows, cols], dim=-1).reshape(side * side, dim)      # (N, D), row-major like the patches
-    model.pos_embed[0, 0].zero_()
-    model.pos_embed[0, 1:] = grid.to(model.pos_embed)
+    pos_embed[0, 0].zero_()
+    pos_embed[0, 1:] = grid.to(pos_embed)
 
 
 def load_checkpoint(path) -> torch.nn.Module:

@@ -14,7 +14,7 @@ def case_verdicts(question, data) -> list[bool | None]:
     """Per case: True (matches a reference), False (differs or raised), None (not comparable)."""
     from ..judge import _compare_outputs, property_problem, reference_outputs
 
-    verdicts = []
+    verdicts: list[bool | None] = []
     for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
         if student_case.get("error") or property_problem(question, case, student_case):
             verdicts.append(False)
