@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -193,7 +192,7 @@ def browser(tmp_path_factory):
         yield client
         try:
             client.call("Browser.close")
-        except Exception:
+        except Exception:  # noqa: BLE001 - the browser may be gone already
             pass
         client.ws.close()
         proc.wait(timeout=30)

@@ -181,7 +181,7 @@ def _run_setup_cell(source: str, in_colab: bool, monkeypatch) -> list:
         monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     else:
         monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    exec(compile(source, "setup-cell", "exec"), {})
+    exec(compile(source, "setup-cell", "exec"), {})  # noqa: S102 - the notebook's setup cell
     return calls
 
 
@@ -258,7 +258,7 @@ def test_installing_the_course_keeps_the_installed_torch(tmp_path):
 def _run_cells(cells, namespace):
     with contextlib.redirect_stdout(io.StringIO()):
         for cell in cells:
-            exec(compile(cell.source, cell.id, "exec"), namespace)
+            exec(compile(cell.source, cell.id, "exec"), namespace)  # noqa: S102 - the notebook's own cells
 
 
 def test_hidden_tests_accept_every_correct_variant():
@@ -281,7 +281,7 @@ def test_hidden_tests_accept_every_correct_variant():
             for variant in VARIANTS.get(qid, []):
                 namespace = dict(base, **{answer_names[qid]: variant})
                 try:
-                    exec(compile(hidden, f"{name}/{cell.id}", "exec"), namespace)
+                    exec(compile(hidden, f"{name}/{cell.id}", "exec"), namespace)  # noqa: S102 - its test cell
                 except Exception as error:  # noqa: BLE001
                     pytest.fail(f"{name}: the hidden test of {qid} fails the correct answer "
                                 f"{variant.__name__}: {type(error).__name__}: {error}")

@@ -68,7 +68,8 @@ def test_distillation_loss_is_the_tempered_kl_divergence():
         assert distillation_loss(student, teacher, temperature).item() == pytest.approx(expected.item(), rel=1e-5)
     assert distillation_loss(teacher, teacher).item() == pytest.approx(0.0, abs=1e-7)
     assert distillation_loss(teacher + 5.0, teacher).item() == pytest.approx(0.0, abs=1e-6)   # shift-invariant
-    assert not math.isclose(distillation_loss(student, teacher, 1.0).item(), distillation_loss(student, teacher, 3.0).item())
+    assert not math.isclose(distillation_loss(student, teacher, 1.0).item(),
+                            distillation_loss(student, teacher, 3.0).item())
 
 
 def test_batch_loader_keeps_targets_with_their_images():

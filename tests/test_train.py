@@ -118,7 +118,8 @@ def test_thread_tuner_keeps_the_faster_option():
                 now += timings[threads]
                 tuner.after_step(timings[threads], now, step)
 
-        run(4, 1)                 # 2 steps with 1 thread, then 2 threads (a first, untimed step, then 5x slower: dropped)
+        # 2 steps with 1 thread, then 2 threads (a first, untimed step, then 5x slower: dropped)
+        run(4, 1)
         assert tuner.best == 1 and torch.get_num_threads() == 1 and not tuner.plan
         assert tuner.choices[-1]["ms_per_step"] == {1: 100.0, 2: 500.0}
         tuner.before_step(now + 1.0)                                  # before the next check: no probing
@@ -161,7 +162,8 @@ def test_distillation_trains_a_teacher_first_and_records_it():
     assert 0.0 <= teacher["train_accuracy"] <= 1.0 and 0.0 <= teacher["val_accuracy"] <= 1.0
     _, plain = vtrain.train(epochs=1, seed=0, out=None, threads=1, val_size=256, **TINY)
     assert "teacher" not in plain
-    assert history["epochs"][0]["train_loss"] != plain["epochs"][0]["train_loss"]   # the loss includes the teacher's term
+    # the loss includes the teacher's term
+    assert history["epochs"][0]["train_loss"] != plain["epochs"][0]["train_loss"]
     with pytest.raises(ValueError, match="distill 'sharp'"):
         vtrain.train(steps=1, out=None, distill="sharp", **TINY)
     with pytest.raises(ValueError, match="teacher_share"):
@@ -170,7 +172,8 @@ def test_distillation_trains_a_teacher_first_and_records_it():
 
 def test_weight_averaging_and_late_crops_change_the_run_deterministically():
     base = dict(steps=6, seed=1, out=None, threads=1, **TINY)
-    (m_plain, _), (m_ema, _), (m_ema2, _) = [vtrain.train(**base, **extra) for extra in ({}, dict(ema=0.9), dict(ema=0.9))]
+    (m_plain, _), (m_ema, _), (m_ema2, _) = [vtrain.train(**base, **extra)
+                                             for extra in ({}, dict(ema=0.9), dict(ema=0.9))]
     assert all(torch.equal(a, b) for a, b in zip(m_ema.state_dict().values(), m_ema2.state_dict().values()))
     assert not torch.equal(m_ema.head.weight, m_plain.head.weight)
     runs = [vtrain.train(**base, crop_padding=1, crop_from=p)[0] for p in (0.0, 0.5, 1.0)]
@@ -260,7 +263,8 @@ def test_timm_comparison_model_pools_like_vitref():
 
     info = vdata.DATASET_INFO["fashion-mnist"]
     for pool, global_pool in (("cls", "token"), ("mean", "avg")):
-        model = vtrain.build_model(vtrain.TrainConfig(arch="timm", pool=pool, **{k: TINY[k] for k in ("dim", "depth", "heads", "mlp_dim")}), info)
+        shape = {k: TINY[k] for k in ("dim", "depth", "heads", "mlp_dim")}
+        model = vtrain.build_model(vtrain.TrainConfig(arch="timm", pool=pool, **shape), info)
         assert model.global_pool == global_pool
         assert isinstance(model.norm, torch.nn.LayerNorm) and isinstance(model.fc_norm, torch.nn.Identity)
 

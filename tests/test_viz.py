@@ -3,11 +3,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-import vitref  # noqa: E402
-from vitref import data, viz  # noqa: E402
+import vitref
+from vitref import data, viz
 
 
 def _random_attentions(layers=3, batch=2, heads=4, tokens=17, seed=0):

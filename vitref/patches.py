@@ -47,7 +47,8 @@ def image_to_patches(images: torch.Tensor, patch_size: int) -> torch.Tensor:
 def patches_to_image(patches: torch.Tensor, patch_size: int, grid: tuple[int, int], channels: int) -> torch.Tensor:
     """Inverse of :func:`image_to_patches`: ``(B, N, P*P*C) -> (B, C, H, W)``."""
     return rearrange(
-        patches, "b (h w) (s1 s2 c) -> b c (h s1) (w s2)", h=grid[0], w=grid[1], s1=patch_size, s2=patch_size, c=channels
+        patches, "b (h w) (s1 s2 c) -> b c (h s1) (w s2)",
+        h=grid[0], w=grid[1], s1=patch_size, s2=patch_size, c=channels,
     )
 
 

@@ -104,7 +104,8 @@ def _cifar10_gpu() -> Preset:
                  mlp_dim=recipe.pop("mlp_dim"))
     return Preset(
         name="cifar10-gpu", dataset=recipe.pop("dataset"), model=model, recipe=recipe,
-        source="vitref.train.PRESETS['cifar10-gpu'] (bench/README.md), ViT-Tiny's shape from the CIFAR-10 article (seed 002)",
+        source="vitref.train.PRESETS['cifar10-gpu'] (bench/README.md), "
+               "ViT-Tiny's shape from the CIFAR-10 article (seed 002)",
         reported={},
         measured="nothing: no CIFAR-10 copy on the machines used (bench/README.md), so no accuracy is claimed",
     )

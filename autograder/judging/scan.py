@@ -347,8 +347,8 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
                 hits.append(Hit("autograder", f"the name {name} in {func.__qualname__}"))
             elif id(value) in forbidden or id(getattr(value, "__func__", value)) in forbidden:
                 key = forbidden.get(id(value), forbidden.get(id(getattr(value, "__func__", value))))
-                hits.append(Hit(key, f"the name {name} in {func.__qualname__} is "
-                                     f"{getattr(value, '__module__', None) or 'torch'}.{getattr(value, '__name__', name)}"))
+                module, qualname = getattr(value, '__module__', None) or 'torch', getattr(value, '__name__', name)
+                hits.append(Hit(key, f"the name {name} in {func.__qualname__} is {module}.{qualname}"))
             elif level < depth:
                 module = getattr(value, "__module__", "") or ""
                 if isinstance(module, str) and module.split(".")[0] in ("torch", "numpy", "einops", "builtins"):

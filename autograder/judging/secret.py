@@ -97,7 +97,7 @@ def draw_inputs(question: Question, source) -> dict[str, np.ndarray]:
         for case in question.cases:
             try:
                 question.run_case(reference, case, _DrawCase(case))
-            except Exception as error:  # noqa: BLE001 - only the inputs drawn before matter
+            except Exception as error:  # re-raised: only the inputs drawn before matter
                 raise RuntimeError(f"drawing the inputs of {question.id} ({case.label}) failed: {error}") from error
     return recording.arrays
 

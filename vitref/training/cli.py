@@ -63,7 +63,8 @@ def parse_args(argv=None) -> TrainConfig:
             parser.add_argument(flag, type=float, default=None)
         elif f.name == "threads":
             parser.add_argument(flag, type=int, default=None,
-                                help="torch threads (default: timed CPU runs pick 1 or all cores as they go; 0 forces that)")
+                                help="torch threads (default: timed CPU runs pick 1 or all cores as they go; "
+                                     "0 forces that)")
         elif f.name in ("steps", "train_limit", "test_limit"):
             parser.add_argument(flag, type=int, default=None)
         elif f.name == "grad_clip":

@@ -37,7 +37,8 @@ class TrainConfig:
     grad_clip: float | None = 1.0
     ema: float = 0.0              # >0: evaluate an exponential moving average of the weights with this decay
     # distillation from a small CNN trained first, in the same budget (vitref.training.teacher)
-    distill: str = "none"         # 'none', 'soft' (match the teacher's probabilities) or 'hard' (its argmax as a second label)
+    # 'none', 'soft' (match the teacher's probabilities) or 'hard' (its argmax as a second label)
+    distill: str = "none"
     distill_weight: float = 0.5   # loss = (1 - w) * label loss + w * distillation loss
     distill_temperature: float = 1.0
     teacher_share: float = 0.25   # timed runs: fraction of the training time that trains the teacher
@@ -56,7 +57,8 @@ class TrainConfig:
     eval_batch_size: int = 1000
     # machine
     seed: int = 0
-    threads: int | None = None    # torch threads; None: adaptive for timed CPU runs (ThreadTuner), else torch's; 0: adaptive
+    # torch threads; None: adaptive for timed CPU runs (ThreadTuner), else torch's; 0: adaptive
+    threads: int | None = None
     device: str = "auto"
     compile: bool = False
     train_limit: int | None = None  # use only the first N training images (VITREF_FAST sets it)

@@ -25,7 +25,8 @@ def build_model(config: TrainConfig, info: dict) -> torch.nn.Module:
                                  embed_dim=config.dim, depth=config.depth, num_heads=config.heads,
                                  mlp_ratio=config.mlp_dim / config.dim, drop_rate=config.dropout,
                                  proj_drop_rate=config.dropout, global_pool="token" if config.pool == "cls" else "avg",
-                                 fc_norm=False)   # final norm before pooling, as vitref.ViT (timm's 'avg' default norms after)
+                                 # final norm before pooling, as vitref.ViT (timm's 'avg' default norms after)
+                                 fc_norm=False)
     raise ValueError(f"unknown arch {config.arch!r}: expected 'vitref' or 'timm'")
 
 
@@ -41,7 +42,8 @@ def init_sincos_positions(model: torch.nn.Module) -> None:
     num_tokens, dim = pos_embed.shape[1:]
     side = math.isqrt(num_tokens - 1)
     if side * side != num_tokens - 1 or dim % 4:
-        raise ValueError(f"sincos positions need a square grid and dim divisible by 4, got {num_tokens - 1} patches, dim {dim}")
+        raise ValueError(f"sincos positions need a square grid and dim divisible by 4, "
+                         f"got {num_tokens - 1} patches, dim {dim}")
     table = sinusoidal_encoding(side, dim // 2)                           # (side, D/2)
     rows = table[:, None, :].expand(side, side, dim // 2)                 # (side, side, D/2): row of each patch
     cols = table[None, :, :].expand(side, side, dim // 2)                 # (side, side, D/2): column of each patch

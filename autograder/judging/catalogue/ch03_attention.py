@@ -11,7 +11,7 @@ from torch import nn
 from ..model import Mistake
 from . import add
 from ._common import mistaken_mask_softmax, vitref
-from ._properties import dtype_mix, first, weights_problem
+from ._properties import dtype_mix, weights_problem
 from ...questions.ch03_attention import (  # noqa: F401
     ATTENTION_CASES,
     HEAD_CASES,
