@@ -71,6 +71,7 @@ def test_notebooks_are_stored_without_outputs():
 # --------------------------------------------------------------------------- (a) nbval
 
 
+@pytest.mark.slow   # a chapter under nbval
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_under_nbval(notebook):
     """Each chapter runs top to bottom in a fresh kernel (nbval, lax: outputs are not compared)."""
@@ -234,6 +235,7 @@ PAGE_REPORT_JS = r"""
 """
 
 
+@pytest.mark.slow   # builds the book, then Chromium
 def test_book_pages_in_chromium(built_book, server, browser, tmp_path):
     html = built_book
     pages = toc_pages()

@@ -17,6 +17,8 @@ import pytest
 
 import grading_students as S
 
+pytestmark = pytest.mark.slow   # grades a batch of hostile students (make test-fast skips it)
+
 A = "03_attention"
 B = "02_positional_encoding"
 POINTS = {"softmax": 1.0, "attention": 3.0, "attention_head": 2.0}

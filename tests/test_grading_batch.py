@@ -11,8 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 
 import grading_students as S
+
+pytestmark = pytest.mark.slow   # grades classes with `python -m autograder grade` (make test-fast skips it)
 
 A = "02_positional_encoding"
 

@@ -70,6 +70,7 @@ def test_every_assignment_has_a_solutions_and_an_exercise_notebook():
         assert (ROOT / "exercises" / name / f"{name}.ipynb").is_file()
 
 
+@pytest.mark.slow   # nbgrader generate_assignment
 def test_exercises_are_exactly_what_nbgrader_generates(generated):
     """(a) Regenerate into a scratch folder and compare every notebook, cell by cell."""
     released = sorted(p.relative_to(generated).as_posix() for p in generated.rglob("*") if p.is_file())
@@ -88,6 +89,7 @@ def test_exercises_are_exactly_what_nbgrader_generates(generated):
     assert not stale, "exercises/ is out of date, run `make assignments`: " + "; ".join(stale)
 
 
+@pytest.mark.slow   # nbgrader generate_assignment
 def test_generation_is_deterministic(generated, gradebook_dir, tmp_path):
     again = nbtools.generate(ROOT, release=tmp_path, names=["02_positional_encoding"], db_dir=gradebook_dir)[0]
     first = generated / "02_positional_encoding" / "02_positional_encoding.ipynb"
@@ -215,11 +217,13 @@ def _nbval(paths: list[Path], cwd: Path, workers: int = 2) -> None:
     assert not failures, "\n\n".join(failures)
 
 
+@pytest.mark.slow   # every notebook under nbval
 def test_solutions_run_clean_under_nbval(tmp_path):
     """(c) Every cell of every solutions notebook runs without error (tests included)."""
     _nbval([ROOT / "solutions" / n / f"{n}.ipynb" for n in ASSIGNMENTS], cwd=tmp_path)
 
 
+@pytest.mark.slow   # every notebook under nbval
 def test_exercise_skeletons_run_under_nbval(tmp_path):
     """(d) In the blank exercises only answer and test cells may fail.
 

@@ -31,6 +31,7 @@ def striped_images(count, seed=0):
     return images, labels
 
 
+@pytest.mark.slow   # a training run
 def test_teacher_learns_and_stops_at_its_budget():
     images, labels = striped_images(512)
     info = dict(INFO, num_classes=2)

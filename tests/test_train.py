@@ -32,6 +32,7 @@ def test_schedule_warms_up_then_decays_to_min_lr():
     assert all(a >= b for a, b in zip(values, values[1:]))
 
 
+@pytest.mark.slow   # training runs
 def test_same_seed_same_run_different_seed_different_run(tmp_path):
     runs = [vtrain.train(steps=4, seed=seed, out=None, threads=1, **TINY) for seed in (3, 3, 4)]
     (m1, h1), (m2, h2), (m3, h3) = runs
@@ -41,6 +42,7 @@ def test_same_seed_same_run_different_seed_different_run(tmp_path):
     assert h3["epochs"][0]["train_loss"] != h1["epochs"][0]["train_loss"]
 
 
+@pytest.mark.slow   # training runs
 def test_training_learns_and_writes_history_and_checkpoint(tmp_path):
     model, history = vtrain.train(epochs=3, seed=0, out=str(tmp_path), name="run", threads=1,
                                   tta="flip", lr=3e-3, **dict(TINY, dim=32, mlp_dim=64, batch_size=32))
@@ -138,6 +140,7 @@ def test_thread_tuner_keeps_the_faster_option():
         torch.set_num_threads(vtrain.available_cores())
 
 
+@pytest.mark.slow   # training runs
 def test_command_line_contract(tmp_path):
     env = dict(os.environ, VITREF_FAST="1")
     command = [sys.executable, "-m", "vitref.train", "--dataset", "fashion-mnist", "--minutes", "0.25",
@@ -154,6 +157,7 @@ def test_command_line_contract(tmp_path):
     assert int(match.group(2)) <= 0.25 * 60 + 15                     # the budget covers the whole command
 
 
+@pytest.mark.slow   # training runs
 def test_distillation_trains_a_teacher_first_and_records_it():
     model, history = vtrain.train(epochs=1, seed=0, out=None, threads=1, distill="soft", teacher_epochs=1,
                                   val_size=256, **TINY)
@@ -170,6 +174,7 @@ def test_distillation_trains_a_teacher_first_and_records_it():
         vtrain.train(minutes=1, out=None, distill="hard", teacher_share=1.5, **TINY)
 
 
+@pytest.mark.slow   # training runs
 def test_weight_averaging_and_late_crops_change_the_run_deterministically():
     base = dict(steps=6, seed=1, out=None, threads=1, **TINY)
     (m_plain, _), (m_ema, _), (m_ema2, _) = [vtrain.train(**base, **extra)
@@ -337,6 +342,7 @@ def test_console_script_is_declared_and_points_to_the_command_line():
     assert getattr(importlib.import_module(module), function) is vitref.train.main
 
 
+@pytest.mark.slow   # training runs
 def test_command_line_and_python_api_give_the_same_seeded_run(tmp_path):
     # Two code paths to the same run: the command line's defaults (argument parsing, presets) must
     # be TrainConfig's, and the run bitwise the same as train()'s in this process.
