@@ -13,7 +13,7 @@ import torch
 import vitref
 from vitref import training as vtrain
 
-TINY = dict(dim=16, depth=1, heads=2, mlp_dim=32, batch_size=64, progress=False)
+TINY = dict(dim=16, depth=1, num_heads=2, mlp_dim=32, batch_size=64, progress=False)
 
 
 @pytest.fixture(autouse=True)
@@ -268,7 +268,7 @@ def test_timm_comparison_model_pools_like_vitref():
 
     info = vdata.DATASET_INFO["fashion-mnist"]
     for pool, global_pool in (("cls", "token"), ("mean", "avg")):
-        shape = {k: TINY[k] for k in ("dim", "depth", "heads", "mlp_dim")}
+        shape = {k: TINY[k] for k in ("dim", "depth", "num_heads", "mlp_dim")}
         model = vtrain.build_model(vtrain.TrainConfig(arch="timm", pool=pool, **shape), info)
         assert model.global_pool == global_pool
         assert isinstance(model.norm, torch.nn.LayerNorm) and isinstance(model.fc_norm, torch.nn.Identity)
@@ -329,6 +329,31 @@ def test_legacy_entry_points_re_export_the_training_package():
     for name in vitref.teacher.__all__:
         assert getattr(vitref.teacher, name) is getattr(vtrain.teacher, name), name
     assert "vitref.train" not in vitref.__dict__.get("__all__", [])
+
+
+def test_model_fields_are_named_as_vits_arguments_and_the_old_heads_still_works():
+    import dataclasses
+    import inspect
+
+    from vitref.training.cli import parse_args
+
+    fields = {f.name for f in dataclasses.fields(vtrain.TrainConfig)}
+    model_fields = {"dim", "depth", "num_heads", "mlp_dim", "dropout", "patch_size"}
+    assert model_fields <= fields and model_fields <= set(inspect.signature(vitref.ViT).parameters)
+    assert "heads" not in fields                                            # not stored, not in history.json
+    assert vtrain.TrainConfig(heads=8).num_heads == 8                      # scripts written before the rename
+    assert vtrain.TrainConfig(num_heads=2).num_heads == 2
+    assert dataclasses.replace(vtrain.TrainConfig(num_heads=2), lr=1e-3).num_heads == 2
+    assert dataclasses.replace(vtrain.TrainConfig(), heads=6).num_heads == 6  # train(heads=6) goes through replace
+    old_history_config = dict(dataclasses.asdict(vtrain.TrainConfig()), heads=8)
+    del old_history_config["num_heads"]
+    assert vtrain.TrainConfig(**old_history_config).num_heads == 8
+    assert "heads" not in dataclasses.asdict(vtrain.TrainConfig(heads=8))
+    for flag in ("--heads", "--num-heads"):
+        assert parse_args(["--steps", "1", flag, "8"]).num_heads == 8
+    assert parse_args(["--steps", "1"]).num_heads == vtrain.TrainConfig().num_heads
+    assert parse_args(["--preset", "cifar10-gpu"]).num_heads == vtrain.PRESETS["cifar10-gpu"]["num_heads"]
+    assert all(set(preset) <= fields for preset in vtrain.PRESETS.values())
 
 
 def test_console_script_is_declared_and_points_to_the_command_line():

@@ -100,7 +100,7 @@ def _cifar10_gpu() -> Preset:
 
     recipe = dict(PRESETS["cifar10-gpu"])
     model = dict(img_size=32, patch_size=recipe.pop("patch_size"), in_channels=3, num_classes=10,
-                 dim=recipe.pop("dim"), depth=recipe.pop("depth"), num_heads=recipe.pop("heads"),
+                 dim=recipe.pop("dim"), depth=recipe.pop("depth"), num_heads=recipe.pop("num_heads"),
                  mlp_dim=recipe.pop("mlp_dim"))
     return Preset(
         name="cifar10-gpu", dataset=recipe.pop("dataset"), model=model, recipe=recipe,

@@ -71,6 +71,9 @@ def parse_args(argv=None) -> TrainConfig:
             parser.add_argument(flag, type=float, default=None, help=f"(default {f.default}; 0 disables)")
         elif f.name == "tta":
             parser.add_argument(flag, choices=TTA_MODES, default=None, help=f"(default {f.default})")
+        elif f.name == "num_heads":
+            parser.add_argument(flag, "--heads", dest="num_heads", type=int, default=None,
+                                help=f"(default {f.default}; --heads is its old name)")
         elif f.name in ("out", "name", "device", "arch", "pos_init"):
             parser.add_argument(flag, type=str, default=None, help=f"(default {f.default})")
         else:

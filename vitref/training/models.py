@@ -15,14 +15,14 @@ def build_model(config: TrainConfig, info: dict) -> torch.nn.Module:
     """The model of ``config`` for a dataset described by ``info`` (see ``vitref.data.DATASET_INFO``)."""
     if config.arch == "vitref":
         return ViT(img_size=info["img_size"], patch_size=config.patch_size, in_channels=info["in_channels"],
-                   num_classes=info["num_classes"], dim=config.dim, depth=config.depth, num_heads=config.heads,
+                   num_classes=info["num_classes"], dim=config.dim, depth=config.depth, num_heads=config.num_heads,
                    mlp_dim=config.mlp_dim, dropout=config.dropout, pool=config.pool)
     if config.arch == "timm":
         from timm.models.vision_transformer import VisionTransformer
 
         return VisionTransformer(img_size=info["img_size"], patch_size=config.patch_size,
                                  in_chans=info["in_channels"], num_classes=info["num_classes"],
-                                 embed_dim=config.dim, depth=config.depth, num_heads=config.heads,
+                                 embed_dim=config.dim, depth=config.depth, num_heads=config.num_heads,
                                  mlp_ratio=config.mlp_dim / config.dim, drop_rate=config.dropout,
                                  proj_drop_rate=config.dropout, global_pool="token" if config.pool == "cls" else "avg",
                                  # final norm before pooling, as vitref.ViT (timm's 'avg' default norms after)
