@@ -26,10 +26,17 @@ counts comes from ``python -m autograder grade``.
 """
 from __future__ import annotations
 
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
+
 from .judging.model import Mistake, Result
 from .questions.base import Question
 
-__version__ = "0.2.0"
+try:
+    __version__ = _version("vitref-course")   # pyproject.toml's, the one place it is written
+except _PackageNotFoundError:                 # a copy of the folder (the grading sandbox's bundle)
+    __version__ = "0+unknown"
+
 __all__ = ["questions", "question", "check", "grade", "Question", "Result", "Mistake"]
 
 

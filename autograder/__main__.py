@@ -52,7 +52,8 @@ def _questions(args) -> int:
         return 2
     if args.json:
         print(json.dumps([{"id": q.id, "chapter": q.chapter, "title": q.title, "points": q.points,
-                           "answer_name": q.answer_name, "mistakes": len(entry(q.id).catalogue)} for q in found], indent=2))
+                           "answer_name": q.answer_name, "mistakes": len(entry(q.id).catalogue)} for q in found],
+                         indent=2))
     else:
         for q in found:
             print(f"{q.id:<22} {q.chapter:<24} {q.points:>3g}  {q.answer_name:<30} {q.title}")

@@ -4,7 +4,6 @@ One test per question: the submission runs once in a child process (as in
 ``python -m autograder check``), each test asserts its question passed and fails with the
 checker's feedback otherwise.
 """
-import pytest
 
 
 def pytest_addoption(parser):

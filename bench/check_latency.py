@@ -37,7 +37,7 @@ def solution_namespace(assignment: str) -> dict:
         source = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith(("%", "!")))
         try:
             with redirect_stdout(io.StringIO()):
-                exec(compile(source, f"{assignment}.ipynb", "exec"), namespace)
+                exec(compile(source, f"{assignment}.ipynb", "exec"), namespace)  # noqa: S102 - the notebook's own cells
         except Exception as error:  # noqa: BLE001 - a demo cell may need what the benchmark lacks
             print(f"  note: a cell of {assignment} failed ({type(error).__name__}: {error}); continuing",
                   file=sys.stderr)

@@ -143,7 +143,8 @@ def _run_one(job):
 
 def table(paths: list[str]) -> str:
     """A markdown table of sweep results (JSON lines written by --out), one row per run."""
-    lines = ["| sweep | run (model / recipes / epochs / seed) | train acc | val acc | test acc | test, 1 view | test, flip |",
+    lines = ["| sweep | run (model / recipes / epochs / seed) | train acc | val acc | test acc | test, 1 view "
+             "| test, flip |",
              "|---|---|---|---|---|---|---|"]
     for path in paths:
         rows = [json.loads(line) for line in open(path)]
@@ -183,7 +184,8 @@ def main(argv=None):
     out = open(args.out, "a") if args.out else None
     with mp.get_context("spawn").Pool(args.workers) as pool:
         for result in pool.imap_unordered(_run_one, jobs):
-            print(f"{result['label']:<40} train={result['train_accuracy']:.4f} val={result['val_accuracy']:.4f} (plain {result['val_accuracy_plain']:.4f}) "
+            print(f"{result['label']:<40} train={result['train_accuracy']:.4f} val={result['val_accuracy']:.4f} "
+                  f"(plain {result['val_accuracy_plain']:.4f}) "
                   f"test={result['test_accuracy']:.4f} (plain {result['test_accuracy_plain']:.4f}"
                   + (f", flip {result['test_accuracy_flip']:.4f}" if result.get("test_accuracy_flip") else "") + ") "
                   f"{result['seconds']:.0f}s curve={result['curve']}", flush=True)

@@ -64,7 +64,8 @@ def main(argv=None) -> int:
         results["timm"] = run(args.minutes, ["--arch", "timm"], out)
     for arch, r in results.items():
         threads = ", ".join(f"step {c['step']}: {c['threads']}" for c in r["threads"][:6])
-        print(f"{arch}: {r['last_line']}  ({r['steps']} steps = {r['epochs']} epochs; process {r['measured_seconds']} s; "
+        print(f"{arch}: {r['last_line']}  ({r['steps']} steps = {r['epochs']} epochs; "
+              f"process {r['measured_seconds']} s; "
               f"load average before {r['load_before']}, after {r['load_after']}; threads chosen {threads or 'fixed'})")
         print(f"  command: python {r['command']}")
     r = results["vitref"]

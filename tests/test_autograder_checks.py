@@ -16,7 +16,7 @@ from answers.variants import VARIANTS
 QUESTIONS = autograder.questions()
 PARTS = SimpleNamespace(**S.PARTS)
 
-CONTRACT = {  # id -> answer name (DESIGN.md, "Autograder — contract")
+CONTRACT = {  # id -> answer name: what the notebooks define and their test cells grade (CONTRIBUTING.md, "Contracts")
     "q1": "getPositionEncoding", "q2": "PatchEmbedding", "q3": "PatchEmbedding", "q4": "PatchEmbedding",
     "q5": "MultiHeadAttention", "q6": "ResidualAdd", "q7": "FeedForwardBlock", "q7b": "TransformerEncoderBlock",
     "softmax": "softmax", "attention": "scaled_dot_product_attention", "causal_mask": "causal_mask",

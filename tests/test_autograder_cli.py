@@ -13,6 +13,8 @@ from autograder.hosts.local import check_file, check_submission, format_table
 from autograder.judging.model import Result
 from autograder.student.cells import SubmissionError
 
+pytestmark = pytest.mark.slow   # each test checks a submission in child processes (make test-fast skips it)
+
 ROOT = Path(__file__).resolve().parents[1]
 SOLUTIONS = ROOT / "tests" / "answers" / "solutions.py"
 

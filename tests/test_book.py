@@ -15,7 +15,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.parse
@@ -72,6 +71,7 @@ def test_notebooks_are_stored_without_outputs():
 # --------------------------------------------------------------------------- (a) nbval
 
 
+@pytest.mark.slow   # a chapter under nbval
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs_under_nbval(notebook):
     """Each chapter runs top to bottom in a fresh kernel (nbval, lax: outputs are not compared)."""
@@ -193,7 +193,7 @@ def browser(tmp_path_factory):
         yield client
         try:
             client.call("Browser.close")
-        except Exception:
+        except Exception:  # noqa: BLE001 - the browser may be gone already
             pass
         client.ws.close()
         proc.wait(timeout=30)
@@ -235,6 +235,7 @@ PAGE_REPORT_JS = r"""
 """
 
 
+@pytest.mark.slow   # builds the book, then Chromium
 def test_book_pages_in_chromium(built_book, server, browser, tmp_path):
     html = built_book
     pages = toc_pages()

@@ -97,7 +97,8 @@ def test_decoder_block_is_pre_ln(float64):
 @pytest.mark.parametrize("causal", [False, True])
 def test_vit_decoder_outputs_patches(causal):
     decoder = randomize_(
-        vitref.ViTDecoder(img_size=8, patch_size=4, dim=16, num_heads=2, mlp_dim=32, depth=2, in_channels=3, causal=causal)
+        vitref.ViTDecoder(img_size=8, patch_size=4, dim=16, num_heads=2, mlp_dim=32, depth=2, in_channels=3,
+                          causal=causal)
     ).eval()
     context = torch.randn(2, 5, 16)  # e.g. ViT encoder output (B, N+1, D)
     patches = decoder(context)
@@ -148,7 +149,8 @@ def test_seq2seq_logits_shape_and_causality():
     assert changed_positions(logits, model(src, changed_tgt)) == [False, False, False, True, True]
     changed_src = src.clone()
     changed_src[:, 6] = (src[:, 6] + 1) % 11
-    assert all(changed_positions(logits, model(changed_src, tgt)))  # the last source token reaches every target position
+    # the last source token reaches every target position
+    assert all(changed_positions(logits, model(changed_src, tgt)))
 
 
 def test_seq2seq_greedy_decode_shape_determinism_and_argmax():

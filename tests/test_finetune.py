@@ -96,6 +96,7 @@ def test_resize_images():
         resize_images(images, 0)
 
 
+@pytest.mark.slow   # a training run
 def test_train_steps_learns_and_is_seeded():
     torch.manual_seed(1)
     labels = torch.arange(256) % 2

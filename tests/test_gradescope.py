@@ -20,6 +20,8 @@ import pytest
 
 import grading_students as S
 
+pytestmark = pytest.mark.slow   # builds and runs the Gradescope zip (make test-fast skips it)
+
 A = "03_attention"
 POINTS = {"softmax": 1.0, "attention": 3.0, "attention_head": 2.0, "concept_masked_row": 1.0}
 

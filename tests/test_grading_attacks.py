@@ -17,6 +17,8 @@ import pytest
 
 import grading_students as S
 
+pytestmark = pytest.mark.slow   # grades a batch of hostile students (make test-fast skips it)
+
 A = "03_attention"
 B = "02_positional_encoding"
 POINTS = {"softmax": 1.0, "attention": 3.0, "attention_head": 2.0, "concept_masked_row": 1.0}
@@ -248,7 +250,8 @@ def scaled_dot_product_attention(q, k, v, mask=None):
                             "    return getattr(torch, 'soft' + 'max')(x, dim)",
         "aten_softmax": "    import torch\n    return torch.ops.aten._softmax.default(x, dim, False)",
         "exec_softmax": "    import base64\n    ns = {'x': x, 'dim': dim}\n"
-                        "    exec(base64.b64decode('aW1wb3J0IHRvcmNoOyBvdXQgPSB0b3JjaC5zb2Z0bWF4KHgsIGRpbSk=').decode(), ns)\n"
+                        "    exec(base64.b64decode("
+                        "'aW1wb3J0IHRvcmNoOyBvdXQgPSB0b3JjaC5zb2Z0bWF4KHgsIGRpbSk=').decode(), ns)\n"
                         "    return ns['out']",
         "refs_softmax": "    import torch._refs\n    return torch._refs.softmax(x, dim)",
         "log_softmax_exp": "    import torch\n    return getattr(x, 'log_' + 'softmax')(dim).exp()",
@@ -281,7 +284,8 @@ def softmax(x, dim=-1):
     expect["precomputed_in_cell"] = only("softmax")
     # attention head through PyTorch's own module, by a computed name
     S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
-        "        import torch\n        mha = getattr(torch.nn, 'Multihead' + 'Attention')(x.shape[-1], 1, batch_first=True)\n"
+        "        import torch\n"
+        "        mha = getattr(torch.nn, 'Multihead' + 'Attention')(x.shape[-1], 1, batch_first=True)\n"
         "        out, w = mha(x, x, x)\n        return out[..., :self.query.out_features], w")), root, "hidden_mha", A)
     expect["hidden_mha"] = only("attention_head")
 

@@ -15,6 +15,8 @@ import pytest
 
 import grading_students as S
 
+pytestmark = pytest.mark.slow   # grades classes with `python -m autograder grade` (make test-fast skips it)
+
 A = "02_positional_encoding"
 
 

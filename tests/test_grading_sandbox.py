@@ -14,6 +14,8 @@ import pytest
 from autograder.hosts import sandbox
 from autograder.student import wire
 
+pytestmark = pytest.mark.slow   # starts the grading sandbox for every test (make test-fast skips it)
+
 REPO = Path(__file__).resolve().parents[1]
 
 

@@ -157,7 +157,8 @@ def test_additive_attention_weights_and_outputs():
     (lambda: intuition.AdditiveScore(3, 5, 4)(torch.zeros(2, 3), torch.zeros(6, 4)), r"keys \(\.\.\., S, 5\)"),
     (lambda: intuition.AdditiveScore(3, 5, 4)(torch.zeros(2, 2, 3), torch.zeros(3, 6, 5)), "batch dimensions"),
     (lambda: intuition.attention_from_scores(torch.zeros(2, 3), torch.zeros(4, 5)), "number of keys S"),
-    (lambda: intuition.attention_from_scores(torch.zeros(2, 3), torch.zeros(3, 5), mask=torch.ones(4, 3)), "cannot be broadcast"),
+    (lambda: intuition.attention_from_scores(torch.zeros(2, 3), torch.zeros(3, 5), mask=torch.ones(4, 3)),
+     "cannot be broadcast"),
 ])
 def test_score_errors(call, message):
     with pytest.raises(ValueError, match=message):

@@ -24,6 +24,8 @@ from nbformat.v4 import new_code_cell, new_output
 import autograder
 from autograder.instructor import nbtools
 
+pytestmark = pytest.mark.slow   # runs nbgrader in scratch course folders (make test-fast skips it)
+
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = nbtools.assignments(ROOT)
 NOISY = "02_positional_encoding"

@@ -70,6 +70,7 @@ def test_every_assignment_has_a_solutions_and_an_exercise_notebook():
         assert (ROOT / "exercises" / name / f"{name}.ipynb").is_file()
 
 
+@pytest.mark.slow   # nbgrader generate_assignment
 def test_exercises_are_exactly_what_nbgrader_generates(generated):
     """(a) Regenerate into a scratch folder and compare every notebook, cell by cell."""
     released = sorted(p.relative_to(generated).as_posix() for p in generated.rglob("*") if p.is_file())
@@ -88,6 +89,7 @@ def test_exercises_are_exactly_what_nbgrader_generates(generated):
     assert not stale, "exercises/ is out of date, run `make assignments`: " + "; ".join(stale)
 
 
+@pytest.mark.slow   # nbgrader generate_assignment
 def test_generation_is_deterministic(generated, gradebook_dir, tmp_path):
     again = nbtools.generate(ROOT, release=tmp_path, names=["02_positional_encoding"], db_dir=gradebook_dir)[0]
     first = generated / "02_positional_encoding" / "02_positional_encoding.ipynb"
@@ -181,7 +183,7 @@ def _run_setup_cell(source: str, in_colab: bool, monkeypatch) -> list:
         monkeypatch.setitem(sys.modules, "google.colab", types.ModuleType("google.colab"))
     else:
         monkeypatch.delitem(sys.modules, "google.colab", raising=False)
-    exec(compile(source, "setup-cell", "exec"), {})
+    exec(compile(source, "setup-cell", "exec"), {})  # noqa: S102 - the notebook's setup cell
     return calls
 
 
@@ -215,11 +217,13 @@ def _nbval(paths: list[Path], cwd: Path, workers: int = 2) -> None:
     assert not failures, "\n\n".join(failures)
 
 
+@pytest.mark.slow   # every notebook under nbval
 def test_solutions_run_clean_under_nbval(tmp_path):
     """(c) Every cell of every solutions notebook runs without error (tests included)."""
     _nbval([ROOT / "solutions" / n / f"{n}.ipynb" for n in ASSIGNMENTS], cwd=tmp_path)
 
 
+@pytest.mark.slow   # every notebook under nbval
 def test_exercise_skeletons_run_under_nbval(tmp_path):
     """(d) In the blank exercises only answer and test cells may fail.
 
@@ -258,7 +262,7 @@ def test_installing_the_course_keeps_the_installed_torch(tmp_path):
 def _run_cells(cells, namespace):
     with contextlib.redirect_stdout(io.StringIO()):
         for cell in cells:
-            exec(compile(cell.source, cell.id, "exec"), namespace)
+            exec(compile(cell.source, cell.id, "exec"), namespace)  # noqa: S102 - the notebook's own cells
 
 
 def test_hidden_tests_accept_every_correct_variant():
@@ -281,7 +285,7 @@ def test_hidden_tests_accept_every_correct_variant():
             for variant in VARIANTS.get(qid, []):
                 namespace = dict(base, **{answer_names[qid]: variant})
                 try:
-                    exec(compile(hidden, f"{name}/{cell.id}", "exec"), namespace)
+                    exec(compile(hidden, f"{name}/{cell.id}", "exec"), namespace)  # noqa: S102 - its test cell
                 except Exception as error:  # noqa: BLE001
                     pytest.fail(f"{name}: the hidden test of {qid} fails the correct answer "
                                 f"{variant.__name__}: {type(error).__name__}: {error}")

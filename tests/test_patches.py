@@ -15,7 +15,8 @@ def manual_patch(images, b, row, col, patch_size):
 
 @pytest.mark.parametrize("batch,channels,height,width,patch_size", [(2, 3, 8, 8, 4), (1, 1, 6, 6, 2), (2, 3, 8, 12, 4)])
 def test_image_to_patches_order(batch, channels, height, width, patch_size):
-    images = torch.arange(batch * channels * height * width, dtype=torch.float32).reshape(batch, channels, height, width)
+    images = torch.arange(batch * channels * height * width, dtype=torch.float32)
+    images = images.reshape(batch, channels, height, width)
     patches = vitref.image_to_patches(images, patch_size)
     grid_w = width // patch_size
     num_patches = (height // patch_size) * grid_w
@@ -63,7 +64,8 @@ def test_32_by_4_gives_65_tokens_of_128_with_cls():
 def test_conv_patch_embedding_equals_linear(float64, channels, patch_size, emb_size, size):
     conv_embed = vitref.ConvPatchEmbedding(channels, patch_size, emb_size)
     assert isinstance(conv_embed.proj, nn.Conv2d)
-    assert conv_embed.proj.kernel_size == (patch_size, patch_size) and conv_embed.proj.stride == (patch_size, patch_size)
+    assert conv_embed.proj.kernel_size == (patch_size, patch_size)
+    assert conv_embed.proj.stride == (patch_size, patch_size)
     images = torch.randn(2, channels, size, size)
     out = conv_embed(images)
     num_patches = (size // patch_size) ** 2
@@ -151,7 +153,8 @@ def test_patch_embedding_sinusoidal_positions(float64):
 
 @pytest.mark.parametrize("positions", [None, "learned"])
 def test_patch_embedding_without_class_token(positions):
-    embed = vitref.PatchEmbedding(in_channels=3, patch_size=4, emb_size=16, img_size=8, positions=positions, cls_token=False)
+    embed = vitref.PatchEmbedding(in_channels=3, patch_size=4, emb_size=16, img_size=8, positions=positions,
+                                  cls_token=False)
     images = torch.randn(2, 3, 8, 8)
     tokens = embed(images)
     assert tuple(tokens.shape) == (2, 4, 16)

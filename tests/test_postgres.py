@@ -24,6 +24,8 @@ import pytest
 
 import grading_students as S
 
+pytestmark = pytest.mark.slow   # starts a PostgreSQL server (make test-fast skips it)
+
 ASSIGNMENTS = ("01_tokens", "02_positional_encoding")
 STUDENTS = [f"s{i:02d}" for i in range(8)]
 

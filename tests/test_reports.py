@@ -13,6 +13,8 @@ import pytest
 
 import grading_students as S
 
+pytestmark = pytest.mark.slow   # grades a class first (make test-fast skips it)
+
 A = "02_positional_encoding"
 SWAPPED = ("            P[k, 2 * i] = np.cos(k / denominator)\n"
            "            P[k, 2 * i + 1] = np.sin(k / denominator)\n")

@@ -31,6 +31,7 @@ def striped_images(count, seed=0):
     return images, labels
 
 
+@pytest.mark.slow   # a training run
 def test_teacher_learns_and_stops_at_its_budget():
     images, labels = striped_images(512)
     info = dict(INFO, num_classes=2)
@@ -68,7 +69,8 @@ def test_distillation_loss_is_the_tempered_kl_divergence():
         assert distillation_loss(student, teacher, temperature).item() == pytest.approx(expected.item(), rel=1e-5)
     assert distillation_loss(teacher, teacher).item() == pytest.approx(0.0, abs=1e-7)
     assert distillation_loss(teacher + 5.0, teacher).item() == pytest.approx(0.0, abs=1e-6)   # shift-invariant
-    assert not math.isclose(distillation_loss(student, teacher, 1.0).item(), distillation_loss(student, teacher, 3.0).item())
+    assert not math.isclose(distillation_loss(student, teacher, 1.0).item(),
+                            distillation_loss(student, teacher, 3.0).item())
 
 
 def test_batch_loader_keeps_targets_with_their_images():

@@ -13,7 +13,7 @@ import torch
 import vitref
 from vitref import training as vtrain
 
-TINY = dict(dim=16, depth=1, heads=2, mlp_dim=32, batch_size=64, progress=False)
+TINY = dict(dim=16, depth=1, num_heads=2, mlp_dim=32, batch_size=64, progress=False)
 
 
 @pytest.fixture(autouse=True)
@@ -32,6 +32,7 @@ def test_schedule_warms_up_then_decays_to_min_lr():
     assert all(a >= b for a, b in zip(values, values[1:]))
 
 
+@pytest.mark.slow   # training runs
 def test_same_seed_same_run_different_seed_different_run(tmp_path):
     runs = [vtrain.train(steps=4, seed=seed, out=None, threads=1, **TINY) for seed in (3, 3, 4)]
     (m1, h1), (m2, h2), (m3, h3) = runs
@@ -41,6 +42,7 @@ def test_same_seed_same_run_different_seed_different_run(tmp_path):
     assert h3["epochs"][0]["train_loss"] != h1["epochs"][0]["train_loss"]
 
 
+@pytest.mark.slow   # training runs
 def test_training_learns_and_writes_history_and_checkpoint(tmp_path):
     model, history = vtrain.train(epochs=3, seed=0, out=str(tmp_path), name="run", threads=1,
                                   tta="flip", lr=3e-3, **dict(TINY, dim=32, mlp_dim=64, batch_size=32))
@@ -118,7 +120,8 @@ def test_thread_tuner_keeps_the_faster_option():
                 now += timings[threads]
                 tuner.after_step(timings[threads], now, step)
 
-        run(4, 1)                 # 2 steps with 1 thread, then 2 threads (a first, untimed step, then 5x slower: dropped)
+        # 2 steps with 1 thread, then 2 threads (a first, untimed step, then 5x slower: dropped)
+        run(4, 1)
         assert tuner.best == 1 and torch.get_num_threads() == 1 and not tuner.plan
         assert tuner.choices[-1]["ms_per_step"] == {1: 100.0, 2: 500.0}
         tuner.before_step(now + 1.0)                                  # before the next check: no probing
@@ -137,6 +140,7 @@ def test_thread_tuner_keeps_the_faster_option():
         torch.set_num_threads(vtrain.available_cores())
 
 
+@pytest.mark.slow   # training runs
 def test_command_line_contract(tmp_path):
     env = dict(os.environ, VITREF_FAST="1")
     command = [sys.executable, "-m", "vitref.train", "--dataset", "fashion-mnist", "--minutes", "0.25",
@@ -153,6 +157,7 @@ def test_command_line_contract(tmp_path):
     assert int(match.group(2)) <= 0.25 * 60 + 15                     # the budget covers the whole command
 
 
+@pytest.mark.slow   # training runs
 def test_distillation_trains_a_teacher_first_and_records_it():
     model, history = vtrain.train(epochs=1, seed=0, out=None, threads=1, distill="soft", teacher_epochs=1,
                                   val_size=256, **TINY)
@@ -161,16 +166,19 @@ def test_distillation_trains_a_teacher_first_and_records_it():
     assert 0.0 <= teacher["train_accuracy"] <= 1.0 and 0.0 <= teacher["val_accuracy"] <= 1.0
     _, plain = vtrain.train(epochs=1, seed=0, out=None, threads=1, val_size=256, **TINY)
     assert "teacher" not in plain
-    assert history["epochs"][0]["train_loss"] != plain["epochs"][0]["train_loss"]   # the loss includes the teacher's term
+    # the loss includes the teacher's term
+    assert history["epochs"][0]["train_loss"] != plain["epochs"][0]["train_loss"]
     with pytest.raises(ValueError, match="distill 'sharp'"):
         vtrain.train(steps=1, out=None, distill="sharp", **TINY)
     with pytest.raises(ValueError, match="teacher_share"):
         vtrain.train(minutes=1, out=None, distill="hard", teacher_share=1.5, **TINY)
 
 
+@pytest.mark.slow   # training runs
 def test_weight_averaging_and_late_crops_change_the_run_deterministically():
     base = dict(steps=6, seed=1, out=None, threads=1, **TINY)
-    (m_plain, _), (m_ema, _), (m_ema2, _) = [vtrain.train(**base, **extra) for extra in ({}, dict(ema=0.9), dict(ema=0.9))]
+    (m_plain, _), (m_ema, _), (m_ema2, _) = [vtrain.train(**base, **extra)
+                                             for extra in ({}, dict(ema=0.9), dict(ema=0.9))]
     assert all(torch.equal(a, b) for a, b in zip(m_ema.state_dict().values(), m_ema2.state_dict().values()))
     assert not torch.equal(m_ema.head.weight, m_plain.head.weight)
     runs = [vtrain.train(**base, crop_padding=1, crop_from=p)[0] for p in (0.0, 0.5, 1.0)]
@@ -260,7 +268,8 @@ def test_timm_comparison_model_pools_like_vitref():
 
     info = vdata.DATASET_INFO["fashion-mnist"]
     for pool, global_pool in (("cls", "token"), ("mean", "avg")):
-        model = vtrain.build_model(vtrain.TrainConfig(arch="timm", pool=pool, **{k: TINY[k] for k in ("dim", "depth", "heads", "mlp_dim")}), info)
+        shape = {k: TINY[k] for k in ("dim", "depth", "num_heads", "mlp_dim")}
+        model = vtrain.build_model(vtrain.TrainConfig(arch="timm", pool=pool, **shape), info)
         assert model.global_pool == global_pool
         assert isinstance(model.norm, torch.nn.LayerNorm) and isinstance(model.fc_norm, torch.nn.Identity)
 
@@ -322,6 +331,31 @@ def test_legacy_entry_points_re_export_the_training_package():
     assert "vitref.train" not in vitref.__dict__.get("__all__", [])
 
 
+def test_model_fields_are_named_as_vits_arguments_and_the_old_heads_still_works():
+    import dataclasses
+    import inspect
+
+    from vitref.training.cli import parse_args
+
+    fields = {f.name for f in dataclasses.fields(vtrain.TrainConfig)}
+    model_fields = {"dim", "depth", "num_heads", "mlp_dim", "dropout", "patch_size"}
+    assert model_fields <= fields and model_fields <= set(inspect.signature(vitref.ViT).parameters)
+    assert "heads" not in fields                                            # not stored, not in history.json
+    assert vtrain.TrainConfig(heads=8).num_heads == 8                      # scripts written before the rename
+    assert vtrain.TrainConfig(num_heads=2).num_heads == 2
+    assert dataclasses.replace(vtrain.TrainConfig(num_heads=2), lr=1e-3).num_heads == 2
+    assert dataclasses.replace(vtrain.TrainConfig(), heads=6).num_heads == 6  # train(heads=6) goes through replace
+    old_history_config = dict(dataclasses.asdict(vtrain.TrainConfig()), heads=8)
+    del old_history_config["num_heads"]
+    assert vtrain.TrainConfig(**old_history_config).num_heads == 8
+    assert "heads" not in dataclasses.asdict(vtrain.TrainConfig(heads=8))
+    for flag in ("--heads", "--num-heads"):
+        assert parse_args(["--steps", "1", flag, "8"]).num_heads == 8
+    assert parse_args(["--steps", "1"]).num_heads == vtrain.TrainConfig().num_heads
+    assert parse_args(["--preset", "cifar10-gpu"]).num_heads == vtrain.PRESETS["cifar10-gpu"]["num_heads"]
+    assert all(set(preset) <= fields for preset in vtrain.PRESETS.values())
+
+
 def test_console_script_is_declared_and_points_to_the_command_line():
     import importlib
     import tomllib
@@ -333,6 +367,7 @@ def test_console_script_is_declared_and_points_to_the_command_line():
     assert getattr(importlib.import_module(module), function) is vitref.train.main
 
 
+@pytest.mark.slow   # training runs
 def test_command_line_and_python_api_give_the_same_seeded_run(tmp_path):
     # Two code paths to the same run: the command line's defaults (argument parsing, presets) must
     # be TrainConfig's, and the run bitwise the same as train()'s in this process.

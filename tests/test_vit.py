@@ -144,7 +144,8 @@ def test_graded_modules_are_what_import_vitref_loads_except_interop():
     import subprocess
     import sys
 
-    code = "import sys, vitref; print(' '.join(sorted(m for m in sys.modules if m == 'vitref' or m.startswith('vitref.'))))"
+    code = ("import sys, vitref; "
+            "print(' '.join(sorted(m for m in sys.modules if m == 'vitref' or m.startswith('vitref.'))))")
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     names = {"__init__" if m == "vitref" else m.split(".", 1)[1] for m in loaded}
     assert names - {"interop"} == set(vitref.GRADED_MODULES)

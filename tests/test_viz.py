@@ -3,11 +3,11 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-import vitref  # noqa: E402
-from vitref import data, viz  # noqa: E402
+import vitref
+from vitref import data, viz
 
 
 def _random_attentions(layers=3, batch=2, heads=4, tokens=17, seed=0):
@@ -72,6 +72,7 @@ def test_maps_of_a_vitref_model_and_overlays():
     assert ax.images[0].get_array().shape == (600, 512, 3) and ax.images[1].get_array().shape == (600, 512)
 
 
+@pytest.mark.slow   # ViT-Tiny at 224x224 in timm and vitref
 def test_pretrained_pipeline_offline_with_random_timm_weights():
     from timm.data import create_transform  # timm is pinned in requirements.txt
 

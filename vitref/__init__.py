@@ -6,6 +6,8 @@ Not imported here: the training code (:mod:`vitref.training`, with its entry poi
 :mod:`vitref.pretrained` and :mod:`vitref.intuition` (chapter 3's kernel regression and score
 functions, not graded). Each loads on request: ``from vitref import intuition``.
 """
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 from pathlib import Path as _Path
 
 from .attention import AttentionHead, causal_mask, scaled_dot_product_attention, softmax
@@ -33,7 +35,10 @@ from .positional import (
 )
 from .vit import ViT, count_parameters, vit_b16, vit_tiny_cifar10
 
-__version__ = "0.1.0"
+try:
+    __version__ = _version("vitref-course")   # pyproject.toml's, the one place it is written
+except _PackageNotFoundError:                 # a source tree that was never pip-installed
+    __version__ = "0+unknown"
 
 # The modules whose code can change a grade: those that the autograder's checks call (the concept
 # modules, through the names above) and what they import. A grader version hashed over exactly these

@@ -123,7 +123,8 @@ def fashion_mnist(train: bool = True, root=None, transform=None, download: bool 
         raise RuntimeError(
             f"Fashion-MNIST not found (searched {', '.join(searched)}) and the download failed ({error}). "
             "Offline, install Debian's dataset-fashion-mnist or set VITREF_DATA to a folder with "
-            "train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz"
+            "train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz, "
+            "t10k-images-idx3-ubyte.gz, t10k-labels-idx1-ubyte.gz"
         ) from error
 
 

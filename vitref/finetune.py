@@ -39,7 +39,8 @@ def _grid_of(num_patch_rows: int, grid) -> tuple[int, int]:
         return side, side
     rows, cols = _as_grid(grid, "old_grid")
     if rows * cols != num_patch_rows:
-        raise ValueError(f"old_grid {rows} x {cols} = {rows * cols} positions, but the table has {num_patch_rows} patch rows")
+        raise ValueError(f"old_grid {rows} x {cols} = {rows * cols} positions, "
+                         f"but the table has {num_patch_rows} patch rows")
     return rows, cols
 
 

@@ -60,7 +60,8 @@ def _describe(timm_vit) -> dict:
                  and block.mlp.act.approximate == "none", f"block {i} MLP is not Linear-GELU-Linear")
         _require(_is_identity(getattr(block.mlp, "norm", None)), f"block {i} mlp.norm")
         _require(block.mlp.fc1.out_features == mlp_dim, f"block {i} MLP width differs")
-        _require(isinstance(block.norm1, nn.LayerNorm) and isinstance(block.norm2, nn.LayerNorm), f"block {i} norm type")
+        _require(isinstance(block.norm1, nn.LayerNorm) and isinstance(block.norm2, nn.LayerNorm),
+                 f"block {i} norm type")
     _require(isinstance(timm_vit.norm, nn.LayerNorm), "final norm is not LayerNorm")
     return dict(img_size=img_size[0], patch_size=conv.kernel_size[0], in_channels=conv.in_channels,
                 num_classes=timm_vit.head.out_features, dim=dim, depth=len(timm_vit.blocks),

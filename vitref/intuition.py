@@ -91,7 +91,8 @@ def average_pooling(queries: torch.Tensor, values: torch.Tensor):
 def dot_product_scores(q: torch.Tensor, k: torch.Tensor, scaled: bool = True) -> torch.Tensor:
     """``q (..., T, d) , k (..., S, d) -> (..., T, S)``: ``q . k``, divided by ``sqrt(d)`` if ``scaled``."""
     if q.dim() < 2 or k.dim() < 2:
-        raise ValueError(f"q and k must be (..., T, d) and (..., S, d), got {shape_str(q.shape)} and {shape_str(k.shape)}")
+        raise ValueError(f"q and k must be (..., T, d) and (..., S, d), "
+                         f"got {shape_str(q.shape)} and {shape_str(k.shape)}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"dot-product scores need queries and keys of the same size d: q {shape_str(q.shape)}, "
@@ -144,7 +145,8 @@ def attention_from_scores(scores: torch.Tensor, values: torch.Tensor, mask=None)
     """
     if scores.dim() < 2 or values.dim() < 2:
         raise ValueError(
-            f"scores must be (..., T, S) and values (..., S, d_v), got {shape_str(scores.shape)} and {shape_str(values.shape)}"
+            f"scores must be (..., T, S) and values (..., S, d_v), "
+            f"got {shape_str(scores.shape)} and {shape_str(values.shape)}"
         )
     if scores.shape[-1] != values.shape[-2]:
         raise ValueError(

@@ -174,7 +174,8 @@ class CrossAttention(nn.Module):
         expect_last_dim(context, self.context_dim, "C", "CrossAttention context")
         if x.shape[0] != context.shape[0]:
             raise ValueError(
-                f"CrossAttention: batch sizes differ, queries {shape_str(x.shape)} vs context {shape_str(context.shape)}"
+                f"CrossAttention: batch sizes differ, "
+                f"queries {shape_str(x.shape)} vs context {shape_str(context.shape)}"
             )
         q = rearrange(self.query(x), "b t (h d) -> b h t d", h=self.num_heads)                       # (B, h, T, d)
         k, v = rearrange(self.key_value(context), "b s (kv h d) -> kv b h s d", kv=2, h=self.num_heads)  # (B, h, S, d)

@@ -7,6 +7,8 @@ the same computation (:func:`linear_from_conv` converts the weights).
 """
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from einops import rearrange, repeat
 from einops.layers.torch import Rearrange
@@ -45,7 +47,8 @@ def image_to_patches(images: torch.Tensor, patch_size: int) -> torch.Tensor:
 def patches_to_image(patches: torch.Tensor, patch_size: int, grid: tuple[int, int], channels: int) -> torch.Tensor:
     """Inverse of :func:`image_to_patches`: ``(B, N, P*P*C) -> (B, C, H, W)``."""
     return rearrange(
-        patches, "b (h w) (s1 s2 c) -> b c (h s1) (w s2)", h=grid[0], w=grid[1], s1=patch_size, s2=patch_size, c=channels
+        patches, "b (h w) (s1 s2 c) -> b c (h s1) (w s2)",
+        h=grid[0], w=grid[1], s1=patch_size, s2=patch_size, c=channels,
     )
 
 
@@ -85,6 +88,7 @@ def linear_from_conv(conv_embed: ConvPatchEmbedding) -> LinearPatchEmbedding:
     entries like the pixels of a flattened patch: ``(s1 s2 c)``.
     """
     conv = conv_embed.proj
+    assert conv.bias is not None   # ConvPatchEmbedding's convolution has a bias
     linear_embed = LinearPatchEmbedding(conv_embed.in_channels, conv_embed.patch_size, conv_embed.emb_size)
     linear_embed = linear_embed.to(dtype=conv.weight.dtype, device=conv.weight.device)
     linear_embed.linear.weight.copy_(rearrange(conv.weight, "d c s1 s2 -> d (s1 s2 c)"))
@@ -100,6 +104,7 @@ def conv_from_linear(linear_embed: LinearPatchEmbedding) -> ConvPatchEmbedding:
     conv_embed = conv_embed.to(dtype=linear.weight.dtype, device=linear.weight.device)
     p = linear_embed.patch_size
     conv_embed.proj.weight.copy_(rearrange(linear.weight, "d (s1 s2 c) -> d c s1 s2", s1=p, s2=p))
+    assert conv_embed.proj.bias is not None
     conv_embed.proj.bias.copy_(linear.bias)
     return conv_embed
 
@@ -125,11 +130,12 @@ class ChannelwisePatchEmbedding(nn.Module):
     @torch.no_grad()
     def as_linear(self) -> LinearPatchEmbedding:
         """The equivalent single :class:`LinearPatchEmbedding`."""
-        first = self.per_channel[0].weight
+        linears = cast("list[nn.Linear]", list(self.per_channel))   # a ModuleList's items are typed Module
+        first = linears[0].weight
         linear_embed = LinearPatchEmbedding(self.in_channels, self.patch_size, self.emb_size).to(first.dtype)
-        stacked = torch.stack([proj.weight for proj in self.per_channel], dim=-1)   # (D, P*P, C)
+        stacked = torch.stack([proj.weight for proj in linears], dim=-1)   # (D, P*P, C)
         linear_embed.linear.weight.copy_(rearrange(stacked, "d pp c -> d (pp c)"))
-        linear_embed.linear.bias.copy_(sum(proj.bias for proj in self.per_channel))
+        linear_embed.linear.bias.copy_(cast(torch.Tensor, sum(proj.bias for proj in linears)))
         return linear_embed
 
 
@@ -141,6 +147,8 @@ class PatchEmbedding(nn.Module):
     ``positions`` is ``"learned"`` (a trained ``(N + 1, E)`` table), ``"sinusoidal"`` (the fixed
     table of :func:`~vitref.positional.sinusoidal_encoding`) or ``None``.
     """
+
+    positions: torch.Tensor | None
 
     def __init__(self, in_channels: int = 3, patch_size: int = 16, emb_size: int = 768, img_size: int = 224,
                  positions: str | None = "learned", cls_token: bool = True):

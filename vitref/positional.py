@@ -64,6 +64,8 @@ class LearnedPositionalEmbedding(nn.Module):
 class SinusoidalPositionalEncoding(nn.Module):
     """Fixed sinusoidal table (a buffer, not trained) added to the tokens: ``(B, N, D) -> (B, N, D)``."""
 
+    positions: torch.Tensor   # registered as a buffer in __init__
+
     def __init__(self, max_len: int, dim: int, n: float = 10000):
         super().__init__()
         self.num_positions, self.dim = max_len, dim

@@ -100,11 +100,12 @@ def _cifar10_gpu() -> Preset:
 
     recipe = dict(PRESETS["cifar10-gpu"])
     model = dict(img_size=32, patch_size=recipe.pop("patch_size"), in_channels=3, num_classes=10,
-                 dim=recipe.pop("dim"), depth=recipe.pop("depth"), num_heads=recipe.pop("heads"),
+                 dim=recipe.pop("dim"), depth=recipe.pop("depth"), num_heads=recipe.pop("num_heads"),
                  mlp_dim=recipe.pop("mlp_dim"))
     return Preset(
         name="cifar10-gpu", dataset=recipe.pop("dataset"), model=model, recipe=recipe,
-        source="vitref.train.PRESETS['cifar10-gpu'] (bench/README.md), ViT-Tiny's shape from the CIFAR-10 article (seed 002)",
+        source="vitref.train.PRESETS['cifar10-gpu'] (bench/README.md), "
+               "ViT-Tiny's shape from the CIFAR-10 article (seed 002)",
         reported={},
         measured="nothing: no CIFAR-10 copy on the machines used (bench/README.md), so no accuracy is claimed",
     )

@@ -7,6 +7,8 @@
 """
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -27,8 +29,8 @@ class ViT(nn.Module):
     Assembled from the course's modules, with two stand-ins that compute the same function:
 
     * ``nn.LayerNorm`` (in every block and at the end) instead of chapter 5's from-scratch
-      :class:`~vitref.blocks.LayerNorm` (tested equal: tests/test_blocks.py ``test_layernorm_equals_torch``), for speed: one fused
-      kernel against five elementwise steps, about 5x faster forward and backward at the recipe's
+      :class:`~vitref.blocks.LayerNorm` (tested equal: tests/test_blocks.py ``test_layernorm_equals_torch``),
+      for speed: one fused kernel against five elementwise steps, about 5x faster forward and backward at the recipe's
       shape (256 x 17 x 64, one CPU thread).
     * :class:`~vitref.patches.ConvPatchEmbedding`, chapter 6's patch embedding written as one
       ``patch_size``-strided convolution, instead of cutting patches and applying ``nn.Linear``
@@ -43,16 +45,19 @@ class ViT(nn.Module):
                  dropout: float = 0.0, norm_eps: float = 1e-6, pool: str = "cls"):
         super().__init__()
         if pool not in ("cls", "mean"):
-            raise ValueError(f"pool must be 'cls' (the class token's output) or 'mean' (average of the patch tokens), got {pool!r}")
+            raise ValueError(f"pool must be 'cls' (the class token's output) or 'mean' (average of the patch tokens), "
+                             f"got {pool!r}")
         if img_size % patch_size:
             raise ValueError(f"image size {img_size} is not divisible by patch size {patch_size}")
         check_divisible(dim, num_heads)
-        self.config = dict(img_size=img_size, patch_size=patch_size, in_channels=in_channels, num_classes=num_classes,
-                           dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim, dropout=dropout, norm_eps=norm_eps, pool=pool)
+        self.config: dict[str, Any] = dict(
+            img_size=img_size, patch_size=patch_size, in_channels=in_channels, num_classes=num_classes,
+            dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim, dropout=dropout, norm_eps=norm_eps, pool=pool)
         self.pool = pool
         self.img_size, self.patch_size, self.in_channels = img_size, patch_size, in_channels
         self.num_patches = (img_size // patch_size) ** 2
-        # chapter 6's patch embedding as one strided convolution (tested equal; timm's layout): (B, C, H, W) -> (B, N, D)
+        # chapter 6's patch embedding as one strided convolution (tested equal; timm's layout):
+        # (B, C, H, W) -> (B, N, D)
         self.patch_embed = ConvPatchEmbedding(in_channels, patch_size, dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))                       # (1, 1, D)
         self.pos_embed = nn.Parameter(torch.zeros(1, self.num_patches + 1, dim))    # (1, N+1, D)

@@ -66,14 +66,6 @@ class Group:
                 continue
         return None
 
-    def peak(self) -> int | None:
-        for name in ("memory.peak", "memory.max_usage_in_bytes"):
-            try:
-                return int((self.path / name).read_text())
-            except (OSError, ValueError):
-                continue
-        return None
-
     def remove(self) -> None:
         try:
             for pid in (self.path / "cgroup.procs").read_text().split():

@@ -77,7 +77,8 @@ class RunResult:
         if self.status == "timeout":
             return f"the notebook did not finish within the time limit of {limits.timeout:g} s"
         if self.status == "signal":
-            name = signal.Signals(self.signal).name if self.signal in signal.Signals._value2member_map_ else str(self.signal)
+            known = self.signal in signal.Signals._value2member_map_
+            name = signal.Signals(self.signal).name if known else str(self.signal)
             if self.signal == signal.SIGXCPU:
                 return f"the notebook used more than {limits.timeout:g} s of CPU time"
             if self.signal == signal.SIGKILL:

@@ -36,7 +36,6 @@ the other submissions, and rewrite them). Only for notebooks you trust.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys

@@ -156,7 +156,7 @@ def run_variant(question: Question, answer, case_index: int, student_case: dict,
         raise
     except (BadOutput, CaseFailure) as error:
         return None, {"type": type(error).__name__, "message": str(error), "where": ""}, recorder.candidates_seen
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001 - the student's code may raise anything
         return None, describe_exception(error), recorder.candidates_seen
     return recorder.outputs, None, recorder.candidates_seen
 
@@ -343,7 +343,8 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
             text += f" (found: {details[0]})"
         return fail("Not accepted: " + text + ".", mistake="shortcut")
     cases = data.get("cases") or []
-    forbidden = [c["error"] for c in cases if isinstance(c, dict) and (c.get("error") or {}).get("type") == "ForbiddenCall"]
+    forbidden = [c["error"] for c in cases
+                 if isinstance(c, dict) and (c.get("error") or {}).get("type") == "ForbiddenCall"]
     if forbidden:
         return fail(f"Not accepted: your {question.answer_name} called a function this exercise forbids "
                     f"({forbidden[0].get('message', '')}).", mistake="shortcut")

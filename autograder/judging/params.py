@@ -69,9 +69,6 @@ class Group:
     roles: dict = field(default_factory=dict)   # "q"/"k"/"v"/"qkv"/"kv" -> {"weight": P, "bias": P}
     position: int = 0
 
-    def signature(self):
-        return tuple(sorted(self.roles))
-
 
 def _role_of(p: P):
     """(parent, role, member) when ``p`` is an attention projection, else None."""

@@ -78,7 +78,8 @@ def _chain(node) -> list[str]:
 def library_aliases(trees) -> tuple[set[str], set[str]]:
     """Names bound by imports to torch/scipy modules (``import torch.nn.functional as fn``), and
     names bound to other modules (``import helpers as S``: ``S.softmax`` is the student's)."""
-    library, other = set(), set()
+    library: set[str] = set()
+    other: set[str] = set()
     for tree in trees:
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
@@ -367,8 +368,8 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
                 hits.append(Hit("autograder", f"the name {name} in {func.__qualname__}"))
             elif id(value) in forbidden or id(getattr(value, "__func__", value)) in forbidden:
                 key = forbidden.get(id(value), forbidden.get(id(getattr(value, "__func__", value))))
-                hits.append(Hit(key, f"the name {name} in {func.__qualname__} is "
-                                     f"{getattr(value, '__module__', None) or 'torch'}.{getattr(value, '__name__', name)}"))
+                module, qualname = getattr(value, '__module__', None) or 'torch', getattr(value, '__name__', name)
+                hits.append(Hit(key, f"the name {name} in {func.__qualname__} is {module}.{qualname}"))
             elif level < depth:
                 module = getattr(value, "__module__", "") or ""
                 if isinstance(module, str) and module.split(".")[0] in ("torch", "numpy", "einops", "builtins"):
@@ -451,8 +452,8 @@ def suspicious(cells: list[str], check_call_names=("check", "grade")) -> list[st
                 elif name == "loads" and isinstance(node.func, ast.Attribute) and _chain(node.func)[:1] in (
                         ["marshal"], ["pickle"]):
                     note("loads serialized code or objects (marshal/pickle.loads)", index, node)
-                elif _SUSPICIOUS_CALLS.get(name):
-                    note(_SUSPICIOUS_CALLS[name], index, node)
+                elif suspicious := _SUSPICIOUS_CALLS.get(name):
+                    note(suspicious, index, node)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
                 for module in modules:

@@ -97,7 +97,7 @@ def draw_inputs(question: Question, source) -> dict[str, np.ndarray]:
         for case in question.cases:
             try:
                 question.run_case(reference, case, _DrawCase(case))
-            except Exception as error:  # noqa: BLE001 - only the inputs drawn before matter
+            except Exception as error:  # re-raised: only the inputs drawn before matter
                 raise RuntimeError(f"drawing the inputs of {question.id} ({case.label}) failed: {error}") from error
     return recording.arrays
 
@@ -107,6 +107,7 @@ def pack_inputs(arrays: dict[str, np.ndarray], pool: np.ndarray) -> bytes:
     sandbox receives. The descriptions travel in ``keys`` (a unicode array)."""
     names = sorted(arrays)
     buffer = io.BytesIO()
+    # numpy's stub gives **kwds the type of savez's allow_pickle: bool
     np.savez(buffer, keys=np.array(names, dtype=np.str_), pool=np.asarray(pool, dtype=np.float32),
-             **{f"a{i}": arrays[name] for i, name in enumerate(names)})
+             **{f"a{i}": arrays[name] for i, name in enumerate(names)})  # type: ignore[arg-type]
     return buffer.getvalue()

@@ -298,7 +298,7 @@ class ProbeRecorder:
                 record.error = {"type": type(error).__name__, "message": str(error), "where": ""}
             except RecursionError as error:
                 record.error = describe_exception(error)
-            except (Exception, SystemExit) as error:  # the student's code may raise anything
+            except (Exception, SystemExit) as error:  # noqa: BLE001 - the student's code may raise anything
                 record.error = describe_exception(error)
             finally:
                 torch.set_grad_enabled(grad_mode)

@@ -14,6 +14,7 @@ import dataclasses
 import os
 import sys
 import time
+from typing import Any
 
 from .. import data as vdata
 from .config import PRESETS, TrainConfig
@@ -52,7 +53,7 @@ def parse_args(argv=None) -> TrainConfig:
                         help="start from a named recipe; other options override it")
     for f in dataclasses.fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
-        kind = type(f.default) if f.default is not None else None
+        kind: Any = type(f.default) if f.default is not None else None   # int, float or str here
         if f.name == "dataset":
             parser.add_argument(flag, choices=sorted(vdata.DATASET_INFO), default=None)
         elif isinstance(f.default, bool):
@@ -62,13 +63,17 @@ def parse_args(argv=None) -> TrainConfig:
             parser.add_argument(flag, type=float, default=None)
         elif f.name == "threads":
             parser.add_argument(flag, type=int, default=None,
-                                help="torch threads (default: timed CPU runs pick 1 or all cores as they go; 0 forces that)")
+                                help="torch threads (default: timed CPU runs pick 1 or all cores as they go; "
+                                     "0 forces that)")
         elif f.name in ("steps", "train_limit", "test_limit"):
             parser.add_argument(flag, type=int, default=None)
         elif f.name == "grad_clip":
             parser.add_argument(flag, type=float, default=None, help=f"(default {f.default}; 0 disables)")
         elif f.name == "tta":
             parser.add_argument(flag, choices=TTA_MODES, default=None, help=f"(default {f.default})")
+        elif f.name == "num_heads":
+            parser.add_argument(flag, "--heads", dest="num_heads", type=int, default=None,
+                                help=f"(default {f.default}; --heads is its old name)")
         elif f.name in ("out", "name", "device", "arch", "pos_init"):
             parser.add_argument(flag, type=str, default=None, help=f"(default {f.default})")
         else:

@@ -1,14 +1,21 @@
 """What defines a training run: :class:`TrainConfig`, the named :data:`PRESETS`, the device."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import InitVar, dataclass
+from typing import Any
 
 import torch
 
 
 @dataclass
 class TrainConfig:
-    """Everything that defines a run. Defaults are the Fashion-MNIST CPU recipe."""
+    """Everything that defines a run. Defaults are the Fashion-MNIST CPU recipe.
+
+    The model's fields are named as :class:`vitref.ViT`'s arguments (``dim``, ``depth``,
+    ``num_heads``, ``mlp_dim``, ``dropout``). ``heads`` is ``num_heads``' old name, still accepted
+    (``TrainConfig(heads=8)``, ``train(heads=8)``, ``--heads 8``, the ``config`` of an old
+    ``history.json``); it is not stored.
+    """
 
     dataset: str = "fashion-mnist"
     # budget: any of minutes (wall clock for everything), epochs, steps; the first reached ends training
@@ -19,7 +26,7 @@ class TrainConfig:
     patch_size: int = 7
     dim: int = 64
     depth: int = 4
-    heads: int = 4
+    num_heads: int = 4
     mlp_dim: int = 128
     dropout: float = 0.0
     arch: str = "vitref"          # 'vitref' or 'timm' (timm's VisionTransformer, for comparisons)
@@ -36,7 +43,8 @@ class TrainConfig:
     grad_clip: float | None = 1.0
     ema: float = 0.0              # >0: evaluate an exponential moving average of the weights with this decay
     # distillation from a small CNN trained first, in the same budget (vitref.training.teacher)
-    distill: str = "none"         # 'none', 'soft' (match the teacher's probabilities) or 'hard' (its argmax as a second label)
+    # 'none', 'soft' (match the teacher's probabilities) or 'hard' (its argmax as a second label)
+    distill: str = "none"
     distill_weight: float = 0.5   # loss = (1 - w) * label loss + w * distillation loss
     distill_temperature: float = 1.0
     teacher_share: float = 0.25   # timed runs: fraction of the training time that trains the teacher
@@ -55,7 +63,8 @@ class TrainConfig:
     eval_batch_size: int = 1000
     # machine
     seed: int = 0
-    threads: int | None = None    # torch threads; None: adaptive for timed CPU runs (ThreadTuner), else torch's; 0: adaptive
+    # torch threads; None: adaptive for timed CPU runs (ThreadTuner), else torch's; 0: adaptive
+    threads: int | None = None
     device: str = "auto"
     compile: bool = False
     train_limit: int | None = None  # use only the first N training images (VITREF_FAST sets it)
@@ -63,13 +72,18 @@ class TrainConfig:
     out: str | None = "runs"      # run folder parent (None: save nothing)
     name: str | None = None       # run folder name (default <dataset>-<time>)
     progress: bool = True
+    heads: InitVar[int | None] = None   # num_heads' old name (until 0.2.0), for old scripts and config files
+
+    def __post_init__(self, heads: int | None) -> None:
+        if heads is not None:
+            self.num_heads = heads
 
 
-PRESETS = {
+PRESETS: dict[str, dict[str, Any]] = {
     # the Fashion-MNIST CPU recipe: the TrainConfig defaults
     "fashion-mnist-cpu": {},
     # CIFAR-10 on a GPU (Colab T4 or better): vit_tiny_cifar10's shape, stronger regularisation
-    "cifar10-gpu": dict(dataset="cifar10", patch_size=4, dim=128, depth=6, heads=4, mlp_dim=512, batch_size=128,
+    "cifar10-gpu": dict(dataset="cifar10", patch_size=4, dim=128, depth=6, num_heads=4, mlp_dim=512, batch_size=128,
                         lr=1e-3, weight_decay=0.05, warmup=0.05, label_smoothing=0.1, crop_padding=4,
                         flip=True, erase=0.25, dropout=0.0, pos_init="sincos", tta="flip", epochs=100),
 }

@@ -227,7 +227,8 @@ def _train(config, start_time, overrides):
                 result = evaluate(step_model, val_images, val_labels, info, config.eval_batch_size, config.tta, device)
                 record.update({f"val_{k}": v for k, v in result.items()})
             if config.eval_every_epoch:
-                result = evaluate(step_model, test_images, test_labels, info, config.eval_batch_size, config.tta, device)
+                result = evaluate(step_model, test_images, test_labels, info, config.eval_batch_size, config.tta,
+                                  device)
                 record.update({f"test_{k}": v for k, v in result.items()})
             history["epochs"].append(record)
             if progress_bar is not None:

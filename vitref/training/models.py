@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 
@@ -14,17 +15,18 @@ def build_model(config: TrainConfig, info: dict) -> torch.nn.Module:
     """The model of ``config`` for a dataset described by ``info`` (see ``vitref.data.DATASET_INFO``)."""
     if config.arch == "vitref":
         return ViT(img_size=info["img_size"], patch_size=config.patch_size, in_channels=info["in_channels"],
-                   num_classes=info["num_classes"], dim=config.dim, depth=config.depth, num_heads=config.heads,
+                   num_classes=info["num_classes"], dim=config.dim, depth=config.depth, num_heads=config.num_heads,
                    mlp_dim=config.mlp_dim, dropout=config.dropout, pool=config.pool)
     if config.arch == "timm":
         from timm.models.vision_transformer import VisionTransformer
 
         return VisionTransformer(img_size=info["img_size"], patch_size=config.patch_size,
                                  in_chans=info["in_channels"], num_classes=info["num_classes"],
-                                 embed_dim=config.dim, depth=config.depth, num_heads=config.heads,
+                                 embed_dim=config.dim, depth=config.depth, num_heads=config.num_heads,
                                  mlp_ratio=config.mlp_dim / config.dim, drop_rate=config.dropout,
                                  proj_drop_rate=config.dropout, global_pool="token" if config.pool == "cls" else "avg",
-                                 fc_norm=False)   # final norm before pooling, as vitref.ViT (timm's 'avg' default norms after)
+                                 # final norm before pooling, as vitref.ViT (timm's 'avg' default norms after)
+                                 fc_norm=False)
     raise ValueError(f"unknown arch {config.arch!r}: expected 'vitref' or 'timm'")
 
 
@@ -36,16 +38,18 @@ def init_sincos_positions(model: torch.nn.Module) -> None:
     :func:`vitref.sinusoidal_encoding`; the class token's position starts at zero. The
     positions stay trainable: only their starting point changes.
     """
-    num_tokens, dim = model.pos_embed.shape[1:]
+    pos_embed = cast(torch.Tensor, model.pos_embed)   # vitref.ViT's or timm's (1, N+1, D) parameter
+    num_tokens, dim = pos_embed.shape[1:]
     side = math.isqrt(num_tokens - 1)
     if side * side != num_tokens - 1 or dim % 4:
-        raise ValueError(f"sincos positions need a square grid and dim divisible by 4, got {num_tokens - 1} patches, dim {dim}")
+        raise ValueError(f"sincos positions need a square grid and dim divisible by 4, "
+                         f"got {num_tokens - 1} patches, dim {dim}")
     table = sinusoidal_encoding(side, dim // 2)                           # (side, D/2)
     rows = table[:, None, :].expand(side, side, dim // 2)                 # (side, side, D/2): row of each patch
     cols = table[None, :, :].expand(side, side, dim // 2)                 # (side, side, D/2): column of each patch
     grid = torch.cat([rows, cols], dim=-1).reshape(side * side, dim)      # (N, D), row-major like the patches
-    model.pos_embed[0, 0].zero_()
-    model.pos_embed[0, 1:] = grid.to(model.pos_embed)
+    pos_embed[0, 0].zero_()
+    pos_embed[0, 1:] = grid.to(pos_embed)
 
 
 def load_checkpoint(path) -> torch.nn.Module:

@@ -68,7 +68,8 @@ class ConvTeacher(nn.Sequential):
 
 def train_teacher(images, labels, info, *, epochs: float | None = None, deadline: float | None = None,
                   batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 0.05, warmup: float = 0.05,
-                  seed: int = 0, device="cpu", progress_bar=None, tuner=None, arch: str = "fc") -> tuple[ConvTeacher, dict]:
+                  seed: int = 0, device="cpu", progress_bar=None, tuner=None,
+                  arch: str = "fc") -> tuple[ConvTeacher, dict]:
     """Train a :class:`ConvTeacher` on ``images uint8 (N, C, H, W)``, ``labels (N,)``.
 
     The budget is ``epochs`` or a wall-clock ``deadline`` (``time.time()``), whichever comes
@@ -134,8 +135,8 @@ def teacher_logits(teacher: nn.Module, images, info, batch_size: int = 1000, dev
     teacher.eval()
     channels_last = torch.device(device).type == "cpu"
     out = []
-    loader = vdata.BatchLoader(images, torch.zeros(len(images), dtype=torch.long), batch_size, info["mean"], info["std"],
-                               device=device)
+    loader = vdata.BatchLoader(images, torch.zeros(len(images), dtype=torch.long), batch_size,
+                               info["mean"], info["std"], device=device)
     for x, _ in loader:
         if channels_last:
             x = x.contiguous(memory_format=torch.channels_last)

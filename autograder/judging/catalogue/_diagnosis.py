@@ -19,7 +19,7 @@ def case_status(question, data) -> list:
     "structure", "grad" (only gradients differ; detail: the reference) or "output"."""
     from ..judge import _compare_outputs, property_problem, reference_outputs
 
-    status = []
+    status: list = []
     for index, (case, got) in enumerate(zip(question.cases, data.get("cases") or [])):
         if got.get("error"):
             status.append(("error", got["error"]))

@@ -344,3 +344,14 @@ def diagnose(question, data, limit: int = 2) -> str | None:
     if not found:
         return None
     return found[0][0].upper() + found[0][1:] + "".join(f"; also, {f}" for f in found[1:])
+
+
+def dtype_mix(data) -> str | None:
+    """A float32/float64 clash in the student's code (raised on the float64 inputs only)."""
+    for case in data.get("cases") or []:
+        low = str((case.get("error") or {}).get("message", "")).lower()
+        if ("dtype" in low or "scalar type" in low) and ("double" in low or "float64" in low):
+            return ("your code mixes float32 and float64 tensors (it fails on the float64 inputs): create or cast "
+                    "intermediate tensors with the input's dtype (e.g. .to(weight.dtype), dtype=x.dtype) instead "
+                    "of .float() or a default-dtype torch.zeros/torch.eye")
+    return None

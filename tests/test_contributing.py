@@ -1,0 +1,184 @@
+"""The checklists of CONTRIBUTING.md, where a test can hold them: a question, a chapter, a
+mistake or a training recipe that misses one of its files fails here, with what is missing.
+(What other tests already hold is named in CONTRIBUTING.md and not repeated here.)"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import importlib.metadata
+import inspect
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import autograder
+import vitref
+from answers import solutions as S            # tests/answers (tests/ is on sys.path under pytest)
+from answers.variants import VARIANTS
+from autograder.judging import catalogue
+from autograder.judging.catalogue import entry
+from vitref.training.cli import parse_args
+from vitref.training.config import PRESETS, TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+QUESTIONS = autograder.questions()
+CHAPTER_MODULE = re.compile(r"ch(\d\d)_(\w+)\.py")
+DOCUMENT = re.compile(r"(?<![\w/.-])((?:[\w-]+/)*[A-Z][A-Z0-9_]+\.md)\b")   # README.md, bench/RESULTS.md
+
+
+def _chapter_modules(folder: Path) -> dict[str, str]:
+    """``{"ch03_attention": "03_attention", ...}`` for the chapter modules of a folder."""
+    found = {}
+    for path in sorted(folder.glob("ch*.py")):
+        m = CHAPTER_MODULE.fullmatch(path.name)
+        if m:
+            found[path.stem] = f"{m.group(1)}_{m.group(2)}"
+    return found
+
+
+QUESTION_MODULES = _chapter_modules(ROOT / "autograder" / "questions")
+CATALOGUE_MODULES = _chapter_modules(ROOT / "autograder" / "judging" / "catalogue")
+
+
+# ------------------------------------------------------------------ a chapter
+
+def test_each_chapter_has_a_question_module_a_catalogue_module_and_its_notebooks():
+    assert QUESTION_MODULES, "no autograder/questions/chNN_<name>.py found"
+    assert QUESTION_MODULES == CATALOGUE_MODULES, (
+        "autograder/questions/chNN_<a>.py and autograder/judging/catalogue/chNN_<a>.py come in pairs")
+    toc = (ROOT / "_toc.yml").read_text(encoding="utf-8")
+    for module, chapter in QUESTION_MODULES.items():
+        for path in (f"book/{chapter}.ipynb", f"solutions/{chapter}/{chapter}.ipynb",
+                     f"exercises/{chapter}/{chapter}.ipynb"):
+            assert (ROOT / path).is_file(), f"{module}: {path} is missing"
+        assert f"book/{chapter}" in toc, f"{module}: book/{chapter} is not in _toc.yml"
+
+
+def _imported_from_package(init: Path) -> set[str]:
+    """The names ``from . import (...)`` brings in, anywhere in ``init`` (the catalogue's are in _load())."""
+    tree = ast.parse(init.read_text(encoding="utf-8"))
+    return {alias.name for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module is None
+            for alias in node.names}
+
+
+def test_every_chapter_module_is_imported_by_its_package():
+    """A chapter module that autograder/questions/__init__.py or the catalogue's _load() does not
+    import registers nothing (or only by accident, through another module's import)."""
+    for package in ("autograder/questions", "autograder/judging/catalogue"):
+        missing = sorted(set(QUESTION_MODULES) - _imported_from_package(ROOT / package / "__init__.py"))
+        assert not missing, f"{package}/__init__.py does not import {missing}"
+
+
+def test_every_chapter_module_registers_only_its_own_chapter():
+    by_module: dict[str, set] = {}
+    for q in QUESTIONS:
+        by_module.setdefault(q.run_case.__module__.rpartition(".")[2], set()).add(q.chapter)
+    for module, chapters in by_module.items():
+        assert module in QUESTION_MODULES, f"{module} registers questions but is not a chapter module"
+        assert chapters == {QUESTION_MODULES[module]}, f"{module} registers questions of {sorted(chapters)}"
+    assert set(by_module) == set(QUESTION_MODULES), "a chapter module registers no question"
+
+
+# ------------------------------------------------------------------ a question
+# (tests/test_autograder_checks.py: a solution in tests/answers/solutions.py, >= 3 catalogued
+# mistakes, each rejected and named; tests/test_notebooks.py: one test cell per question in
+# its solutions notebook, print(autograder.grade("<id>", <answer>)), with the question's points)
+
+def test_every_question_has_a_correct_variant_and_every_variant_a_question():
+    ids = {q.id for q in QUESTIONS}
+    missing = sorted(ids - set(VARIANTS))
+    assert not missing, f"no @variant(...) in tests/answers/variants.py for {missing}"
+    unknown = sorted(set(VARIANTS) - ids)
+    assert not unknown, f"tests/answers/variants.py has variants for unknown questions {unknown}"
+
+
+def test_the_solution_fixture_is_named_as_the_answer():
+    """tests/answers/solutions.py defines what the notebook defines, under the same name."""
+    for q in QUESTIONS:
+        assert S.ANSWERS[q.id].__name__ == q.answer_name, q.id
+
+
+def test_every_catalogue_entry_belongs_to_a_question():
+    entry(QUESTIONS[0].id)                       # loads every chapter's catalogue
+    orphans = sorted(set(catalogue._ENTRIES) - {q.id for q in QUESTIONS})
+    assert not orphans, f"catalogue entries for questions that do not exist: {orphans}"
+
+
+# ------------------------------------------------------------------ a mistake
+
+@pytest.mark.parametrize("qid", [q.id for q in QUESTIONS])
+def test_every_mistake_says_what_it_is_and_what_to_change(qid):
+    for mistake in entry(qid).catalogue:
+        where = f"{qid}/{mistake.key}"
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", mistake.key), f"{where}: keys are snake_case"
+        assert mistake.title.strip() and mistake.hint.strip(), f"{where}: a title and a hint"
+        missing = sorted(set(mistake.needs) - set(S.PARTS))
+        assert not missing, f"{where} needs {missing}: add them to PARTS in tests/answers/solutions.py"
+
+
+# ------------------------------------------------------------------ a training recipe
+
+@pytest.mark.parametrize("name", sorted(PRESETS))
+def test_every_recipe_is_a_valid_command_line(name):
+    fields = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(PRESETS[name]) - fields)
+    assert not unknown, f"PRESETS[{name!r}] sets {unknown}, which are not TrainConfig fields"
+    config = parse_args(["--preset", name])
+    for key, value in PRESETS[name].items():
+        assert getattr(config, key) == value, (name, key)
+
+
+# ------------------------------------------------------------------ contracts (CONTRIBUTING.md, "Vocabulary")
+
+def _parameters(obj) -> list[str]:
+    return [p for p in inspect.signature(obj).parameters if p != "self"]
+
+
+def test_contract_signatures_keep_their_names():
+    assert _parameters(vitref.sinusoidal_encoding) == ["seq_len", "d_model", "n"]
+    assert _parameters(vitref.ViT)[:8] == ["img_size", "patch_size", "in_channels", "num_classes", "dim", "depth",
+                                           "num_heads", "mlp_dim"]
+    # the slides' exercise-facing classes: emb_size for the width, drop_p for dropout
+    for cls in (vitref.MultiHeadAttention, vitref.FeedForwardBlock, vitref.TransformerEncoderBlock,
+                vitref.PatchEmbedding, vitref.MultiHeadAttentionLoop, vitref.CrossAttention):
+        assert "emb_size" in _parameters(cls), cls.__name__
+    for cls in (vitref.FeedForwardBlock, vitref.TransformerEncoderBlock):
+        assert "drop_p" in _parameters(cls), cls.__name__
+    assert "forward_drop_p" in _parameters(vitref.TransformerEncoderBlock)
+
+
+# ------------------------------------------------------------------ the repository
+
+def test_one_version():
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        written = tomllib.load(f)["project"]["version"]
+    assert vitref.__version__ == autograder.__version__ == importlib.metadata.version("vitref-course") == written
+    literals = [str(p.relative_to(ROOT)) for folder in ("vitref", "autograder") for p in (ROOT / folder).rglob("*.py")
+                if re.search(r"^__version__\s*=\s*['\"]", p.read_text(encoding="utf-8"), re.M)]
+    assert not literals, f"a second version is written in {literals}; pyproject.toml's is the one"
+
+
+def test_documents_cited_by_the_code_exist():
+    """A test or module that cites a document (an upper-case Markdown name, like README.md) cites
+    a file of this repository. (tests/test_autograder_checks.py cited a DESIGN document that
+    never was in it.)"""
+    cited = set()
+    for folder in ("tests", "vitref", "autograder", "bench"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for name in DOCUMENT.findall(path.read_text(encoding="utf-8")):
+                cited.add((name, str(path.relative_to(ROOT))))
+    missing = sorted((name, where) for name, where in cited
+                     if not (ROOT / name).is_file() and not (ROOT / Path(where).parent / name).is_file())
+    assert not missing, f"documents cited but not in the repository: {missing}"
+
+
+def test_make_targets_named_in_the_docs_exist():
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    targets = set(re.findall(r"^([a-z][\w-]*):", makefile, re.M))
+    for doc in ("README.md", "CONTRIBUTING.md"):
+        named = set(re.findall(r"`make ([a-z][\w-]*)", (ROOT / doc).read_text(encoding="utf-8")))
+        assert named, doc
+        assert named <= targets, f"{doc} names make targets that do not exist: {sorted(named - targets)}"
