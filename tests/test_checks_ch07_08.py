@@ -221,7 +221,7 @@ def test_cross_entropy_library_aliases_are_disabled_at_the_dispatcher(name):
 ])
 def test_cross_entropy_library_log_softmax_is_rejected_by_name(source):
     namespace = {"torch": torch, "F": F, "nn": nn}
-    exec(f"def cross_entropy(logits, targets):\n"
+    exec(f"def cross_entropy(logits, targets):\n"  # noqa: S102 - builds an answer the way a notebook cell defines it
          f"    log_probs = {source}\n"
          f"    return -log_probs[torch.arange(len(targets)), targets].mean()\n", namespace)
     result = autograder.check("cross_entropy", namespace["cross_entropy"])

@@ -452,7 +452,8 @@ def test_names_the_given_code_needs_are_said_before_the_answer_cell(name):
 
 
 @pytest.mark.parametrize("name, qid, scaffold", [
-    ("06_patch_embedding", "q2", ['Rearrange("b c (h s1) (w s2) -> " + output_axes', "nn.Linear(in_features, out_features)"]),
+    ("06_patch_embedding", "q2", ['Rearrange("b c (h s1) (w s2) -> " + output_axes',
+                                  "nn.Linear(in_features, out_features)"]),
     ("06_patch_embedding", "q3", ["cls_tokens = repeat(self.cls_token, pattern, b=b)"]),
     ("04_multihead_attention", "q5", ['torch.einsum("bhal, bhlv -> " + einsum_output, att, values)',
                                       "rearrange(out, merge_heads)"]),

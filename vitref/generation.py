@@ -27,10 +27,10 @@ from __future__ import annotations
 
 import itertools
 import math
+from typing import cast
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
@@ -69,7 +69,7 @@ class KVCache:
         if not 0 <= layer < len(self.keys):
             raise ValueError(f"layer {layer} out of range: the cache has {len(self.keys)} layers")
         past_k, past_v = self.keys[layer], self.values[layer]
-        if past_k is not None:
+        if past_k is not None and past_v is not None:
             if past_k.shape[:2] != k.shape[:2] or past_k.shape[-1] != k.shape[-1]:
                 raise ValueError(
                     f"new keys {shape_str(k.shape)} do not fit the cached keys {shape_str(past_k.shape)} of layer "
@@ -82,7 +82,7 @@ class KVCache:
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (a 1-D long tensor; rows may repeat), in every layer."""
         for layer, (k, v) in enumerate(zip(self.keys, self.values)):
-            if k is not None:
+            if k is not None and v is not None:
                 self.keys[layer] = k.index_select(0, index.to(k.device))
                 self.values[layer] = v.index_select(0, index.to(v.device))
 
@@ -272,7 +272,8 @@ class BigramLM(nn.Module):
     def sequence_log_prob(self, tokens) -> float:
         """``log P(tokens[1:] | tokens[0])``: the sum of the table's entries along the sequence."""
         tokens = list(tokens)
-        return sum(self.log_probs[a, b].item() for a, b in zip(tokens, tokens[1:]))
+        table = cast(torch.Tensor, self.log_probs)                                      # (V, V) buffer
+        return float(sum(table[a, b].item() for a, b in zip(tokens, tokens[1:])))
 
 
 # ------------------------------------------------------------------------------ decoding

@@ -285,7 +285,7 @@ def _matches(question, answer, data, verify) -> int:
                 agreed = bool(error)
                 if agreed and not _same_error(student_error, error):
                     messages_identical = False
-                if agreed and student_error.get("type") != error.get("type"):
+                if agreed and error is not None and student_error.get("type") != error.get("type"):
                     types_identical = False
             else:
                 agreed = outputs is not None and outputs_equal(student_case["outputs"], outputs)

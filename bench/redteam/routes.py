@@ -1,5 +1,5 @@
 """Which routes compute a forbidden function despite the ban (in-process, like a probe fork)."""
-import math, sys
+import sys
 import torch
 import torch.nn.functional as F
 from autograder.student.ban import install

@@ -21,7 +21,7 @@ def _judge():
 def case_verdicts(question, data) -> list[bool | None]:
     """Per case: True (matches a reference), False (differs or raised), None (not comparable)."""
     judge = _judge()
-    verdicts = []
+    verdicts: list[bool | None] = []
     for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
         if student_case.get("error") or judge.property_problem(question, case, student_case):
             verdicts.append(False)

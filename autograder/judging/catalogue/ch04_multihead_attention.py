@@ -3,10 +3,6 @@ from __future__ import annotations
 
 
 
-import torch
-import torch.nn.functional as F
-from einops import rearrange
-from torch import nn
 
 from ..model import Mistake
 from . import add

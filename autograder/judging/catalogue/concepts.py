@@ -122,7 +122,7 @@ concept("concept_sinusoid_value", _sinusoid, [
 
 def _masked_row():
     import torch
-    q, k, v = torch.randn(1, 1, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 3)
+    q, k = torch.randn(1, 1, 4), torch.randn(1, 5, 4)
     scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(torch.zeros(1, 1, 5, dtype=torch.bool) == 0, -1e9)
     return round(float(vitref().softmax(scores.double(), dim=-1)[0, 0, 0]), 6)
 
