@@ -17,7 +17,7 @@ from answers.realistic_ch01_04 import RIGHT as RIGHT_A, WRONG as WRONG_A
 
 # two independently written sets: realistic_ch01_04 (WRONG: (qid, answer, expected), "~words") and
 # realistic_ch01_04_b (WRONG: qid -> [(answer, expected)], "words: ..."), merged here
-RIGHT = {qid: list(RIGHT_A.get(qid, [])) + list(B.RIGHT.get(qid, [])) for qid in set(RIGHT_A) | set(B.RIGHT)}
+RIGHT = {qid: list(RIGHT_A.get(qid, [])) + list(B.RIGHT.get(qid, [])) for qid in sorted(set(RIGHT_A) | set(B.RIGHT))}
 WRONG = list(WRONG_A) + [(qid, answer, "~" + expected[len("words: "):] if expected.startswith("words: ") else expected)
                          for qid, pairs in B.WRONG.items() for answer, expected in pairs]
 
