@@ -54,11 +54,9 @@ class Question:
     points: float
     answer_name: str
     kind: str                                  # "function", "class" or "value" (a plain number)
-    signature: str                             # what the answer looks like, for messages and docs
     cases: Sequence[Case]
     run_case: Callable[[Any, Case, Any], None]  # (answer, case, recorder): probe and judge share it
     forbidden: tuple[str, ...] = ()            # keys of autograder.student.forbidden.FORBIDDEN
-    skeleton: str = ""                         # the starter code with blanks, as the notebooks show it
     outputs: Mapping[str, str] = field(default_factory=dict)  # output name -> shape in words, e.g. "(B, T, d_v)"
 
     def __repr__(self) -> str:

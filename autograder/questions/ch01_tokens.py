@@ -1,6 +1,6 @@
 """Chapter 1, tokens: image -> patches, and embedding lookup as one-hot x W.
 
-Skeletons (``Question.skeleton``)::
+Skeletons (as the notebooks show them)::
 
     def image_to_patches(images, patch_size):
         # images (B, C, H, W) -> patches (B, N, P*P*C), N = (H/P)(W/P):
@@ -48,16 +48,9 @@ register(Question(
     points=2,
     answer_name="image_to_patches",
     kind="function",
-    signature="image_to_patches(images, patch_size) -> (B, N, P*P*C)",
     cases=PATCH_CASES,
     run_case=_run_patches,
     outputs={"patches": "(B, N, P*P*C)"},
-    skeleton='''def image_to_patches(images, patch_size):
-    """images (B, C, H, W) -> patches (B, N, P*P*C) with N = (H/P) * (W/P)."""
-    # Patches row by row; inside a patch, pixels row by row with the channels last: (s1 s2 c).
-    patches = ...  # hint: einops.rearrange(images, 'b c (h s1) (w s2) -> ...', s1=..., s2=...)
-    return patches
-''',
 ))
 
 # --------------------------------------------------------------------------- embedding lookup
@@ -91,15 +84,8 @@ register(Question(
     points=1,
     answer_name="embed",
     kind="function",
-    signature="embed(token_ids, weight) -> (..., D)",
     cases=EMBED_CASES,
     run_case=_run_embed,
     forbidden=("embedding",),
     outputs={"embeddings": "(..., D)"},
-    skeleton='''def embed(token_ids, weight):
-    """token_ids (...) integers in [0, V), weight (V, D) -> embeddings (..., D)."""
-    vocab_size = weight.shape[0]
-    one_hot = ...   # (..., V), in the dtype of weight
-    return ...      # (..., D)
-''',
 ))

@@ -42,18 +42,7 @@ register(Question(
     points=2,
     answer_name="getPositionEncoding",
     kind="function",
-    signature="getPositionEncoding(seq_len, d, n=10000) -> (seq_len, d)",
     cases=Q1_CASES,
     run_case=_run_q1,
     outputs={"P": "(seq_len, d)"},
-    skeleton='''def getPositionEncoding(seq_len, d, n=10000):
-    P = np.zeros((seq_len, d))
-    for k in range(seq_len):
-        for i in np.arange(int(d/2)):
-            # Q1. Fill in the blanks to complete the positional encoding function.
-            denominator = ...
-            P[k, 2*i] = ...
-            P[k, 2*i+1] = ...
-    return P
-''',
 ))

@@ -81,17 +81,10 @@ register(Question(
     points=1,
     answer_name="softmax",
     kind="function",
-    signature="softmax(x, dim=-1) -> same shape as x",
     cases=SOFTMAX_CASES,
     run_case=_run_softmax,
     forbidden=("softmax",),
     outputs={"softmax": "the shape of x"},
-    skeleton='''def softmax(x, dim=-1):
-    """Softmax of tensor x along dim, safe for large values."""
-    shifted = ...   # x minus its maximum along dim (keepdim=True)
-    exps = ...
-    return ...      # each slice along dim sums to 1
-''',
 ))
 
 # --------------------------------------------------------------------------- attention
@@ -136,24 +129,10 @@ register(Question(
     points=3,
     answer_name="scaled_dot_product_attention",
     kind="function",
-    signature="scaled_dot_product_attention(q, k, v, mask=None) -> (out (..., T, d_v), weights (..., T, S))",
     cases=ATTENTION_CASES,
     run_case=_run_attention,
     forbidden=("attention",),
     outputs={"out": "(..., T, d_v)", "weights": "(..., T, S)"},
-    skeleton='''def scaled_dot_product_attention(q, k, v, mask=None):
-    """q (..., T, d_k), k (..., S, d_k), v (..., S, d_v) -> (out (..., T, d_v), weights (..., T, S)).
-
-    mask (broadcastable to (..., T, S)) is 1/True where query t may attend key s.
-    """
-    d_k = q.shape[-1]
-    scores = ...    # (..., T, S)
-    if mask is not None:
-        scores = ...  # block where mask == 0 (a query with no allowed key must not give NaN)
-    weights = ...   # (..., T, S), each row sums to 1
-    out = ...       # (..., T, d_v)
-    return out, weights
-''',
 ))
 
 # --------------------------------------------------------------------------- attention head
@@ -199,22 +178,8 @@ register(Question(
     points=2,
     answer_name="AttentionHead",
     kind="class",
-    signature="AttentionHead(dim, head_dim); forward(x (B, T, dim), mask=None) -> (out (B, T, head_dim), weights (B, T, T))",
     cases=HEAD_CASES,
     run_case=_run_head,
     forbidden=("attention",),
     outputs={"out": "(B, T, head_dim)", "weights": "(B, T, T)"},
-    skeleton='''class AttentionHead(nn.Module):
-    def __init__(self, dim, head_dim):
-        super().__init__()
-        self.query = nn.Linear(dim, head_dim)
-        self.key = nn.Linear(dim, head_dim)
-        self.value = nn.Linear(dim, head_dim)
-
-    def forward(self, x, mask=None):
-        # x: (B, T, dim) -> (out (B, T, head_dim), weights (B, T, T))
-        q, k, v = ...
-        ...
-        return out, weights
-''',
 ))

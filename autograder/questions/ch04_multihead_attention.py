@@ -117,35 +117,10 @@ register(Question(
     points=3,
     answer_name="MultiHeadAttention",
     kind="class",
-    signature="MultiHeadAttention(emb_size, num_heads, dropout=0.); forward(x (B, N, E), mask=None) -> (B, N, E)",
     cases=MHA_CASES,
     run_case=_run_mha,
     forbidden=("attention",),
     outputs={"out": "(B, N, E)"},
-    skeleton='''class MultiHeadAttention(nn.Module):
-    def __init__(self, emb_size=768, num_heads=8, dropout=0.):
-        super().__init__()
-        self.emb_size, self.num_heads = emb_size, num_heads
-        self.qkv = nn.Linear(emb_size, emb_size * 3)   # queries, keys and values of all heads
-        self.att_drop = nn.Dropout(dropout)
-        self.projection = nn.Linear(emb_size, emb_size)
-
-    def forward(self, x, mask=None):
-        qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
-        queries, keys, values = qkv[0], qkv[1], qkv[2]             # each (B, h, N, d)
-        energy = torch.einsum('bhqd, bhkd -> bhqk', queries, keys)  # (B, h, N, N)
-        if mask is not None:
-            energy = energy.masked_fill(mask == 0, float("-inf"))
-        scaling = (self.emb_size // self.num_heads) ** 0.5
-        att = F.softmax(energy / scaling, dim=-1)
-        att = self.att_drop(att)
-        # Q5. Fill in the blanks of einsum: sum up over the third axis,
-        # then rearrange the heads back into one vector per token and apply the projection.
-        out = torch.einsum('bhal, bhlv -> ...', att, values)
-        out = rearrange(out, "...")
-        out = self.projection(out)
-        return out
-''',
 ))
 
 # --------------------------------------------------------------------------- loop of heads
@@ -179,22 +154,8 @@ register(Question(
     points=2,
     answer_name="MultiHeadAttentionLoop",
     kind="class",
-    signature="MultiHeadAttentionLoop(emb_size, num_heads); forward(x (B, N, E), mask=None, return_attention=False) "
-              "-> out (B, N, E), or (out, weights (B, h, N, N))",
     cases=LOOP_CASES,
     run_case=_run_loop,
     forbidden=("attention",),
     outputs={"out": "(B, N, E)", "weights": "(B, h, N, N)"},
-    skeleton='''class MultiHeadAttentionLoop(nn.Module):
-    def __init__(self, emb_size, num_heads):
-        super().__init__()
-        head_dim = emb_size // num_heads
-        self.heads = nn.ModuleList([AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
-        self.projection = nn.Linear(emb_size, emb_size)
-
-    def forward(self, x, mask=None, return_attention=False):
-        # x: (B, N, emb_size); each head gives (out (B, N, head_dim), weights (B, N, N))
-        ...
-        return (out, weights) if return_attention else out   # out (B, N, emb_size), weights (B, h, N, N)
-''',
 ))

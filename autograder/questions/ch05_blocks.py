@@ -97,21 +97,9 @@ register(Question(
     points=1,
     answer_name="ResidualAdd",
     kind="class",
-    signature="ResidualAdd(fn); forward(x, **kwargs) -> x + fn(x, **kwargs)",
     cases=Q6_CASES,
     run_case=_run_q6,
     outputs={"out": "the shape of x"},
-    skeleton='''class ResidualAdd(nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-
-    def forward(self, x, **kwargs):
-        \'\'\'Q6.
-        Fill Here.
-        Define the forward function as the residual sum of x and x after applying self.fn()\'\'\'
-        return x
-''',
 ))
 
 # --------------------------------------------------------------------------- Q7 feed-forward
@@ -186,21 +174,9 @@ register(Question(
     points=1,
     answer_name="FeedForwardBlock",
     kind="class",
-    signature="FeedForwardBlock(emb_size, expansion=4, drop_p=0.); forward(x (..., E)) -> (..., E)",
     cases=Q7_CASES,
     run_case=_run_q7,
     outputs={"out": "(B, N, emb_size)"},
-    skeleton='''class FeedForwardBlock(nn.Sequential):
-    def __init__(self, emb_size: int, expansion: int = 4, drop_p: float = 0.):
-        #Q7. Fill the input and output dimensions of the linear layer.
-        #The hidden dimension is expanded by the expansion parameter.
-        super().__init__(
-            nn.Linear(...),
-            nn.GELU(),
-            nn.Dropout(drop_p),
-            nn.Linear(...),
-        )
-''',
 ))
 
 # --------------------------------------------------------------------------- Q7 encoder block
@@ -244,28 +220,10 @@ register(Question(
     points=2,
     answer_name="TransformerEncoderBlock",
     kind="class",
-    signature="TransformerEncoderBlock(emb_size=768, drop_p=0., forward_expansion=4, forward_drop_p=0., "
-              "**kwargs (num_heads)); forward(x (B, N, E)) -> (B, N, E)",
     cases=BLOCK_CASES,
     run_case=_run_block,
     forbidden=("attention",),
     outputs={"out": "(B, N, E)"},
-    skeleton='''class TransformerEncoderBlock(nn.Sequential):
-    def __init__(self,
-                 emb_size: int = 768,
-                 drop_p: float = 0.,
-                 forward_expansion: int = 4,
-                 forward_drop_p: float = 0.,
-                 **kwargs):
-        super().__init__(
-            ResidualAdd(nn.Sequential(
-                \'\'\'Fill Here.\'\'\'   # LayerNorm, MultiHeadAttention(emb_size, **kwargs), Dropout
-            )),
-            ResidualAdd(nn.Sequential(
-                \'\'\'Fill Here.\'\'\'   # LayerNorm, FeedForwardBlock(emb_size, forward_expansion, forward_drop_p), Dropout
-            ))
-        )
-''',
 ))
 
 # --------------------------------------------------------------------------- LayerNorm
@@ -306,24 +264,10 @@ register(Question(
     points=2,
     answer_name="LayerNorm",
     kind="class",
-    signature="LayerNorm(dim, eps=1e-5) with parameters weight, bias; forward(x (..., dim))",
     cases=LN_CASES,
     run_case=_run_ln,
     forbidden=("layer_norm",),
     outputs={"out": "the shape of x"},
-    skeleton='''class LayerNorm(nn.Module):
-    def __init__(self, dim, eps=1e-5):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.bias = nn.Parameter(torch.zeros(dim))
-
-    def forward(self, x):
-        # x: (..., dim); normalise every vector along the last axis
-        mean = ...
-        var = ...       # the biased variance (divide by dim)
-        return ...
-''',
 ))
 
 # --------------------------------------------------------------------------- post-LN block
@@ -346,22 +290,8 @@ register(Question(
     points=2,
     answer_name="PostLNEncoderBlock",
     kind="class",
-    signature="PostLNEncoderBlock(emb_size, num_heads, forward_expansion=4); forward(x (B, N, E)) -> (B, N, E)",
     cases=POST_CASES,
     run_case=_run_block,
     forbidden=("attention",),
     outputs={"out": "(B, N, E)"},
-    skeleton='''class PostLNEncoderBlock(nn.Module):
-    def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
-        super().__init__()
-        self.attn = MultiHeadAttention(emb_size, num_heads)
-        self.norm1 = nn.LayerNorm(emb_size)
-        self.mlp = FeedForwardBlock(emb_size, expansion=forward_expansion)
-        self.norm2 = nn.LayerNorm(emb_size)
-
-    def forward(self, x):
-        # x: (B, N, emb_size); post-LN: normalise after each residual sum
-        ...
-        return x
-''',
 ))

@@ -129,27 +129,9 @@ register(Question(
     points=2,
     answer_name="PatchEmbedding",
     kind="class",
-    signature="PatchEmbedding(in_channels, patch_size, emb_size[, img_size]); .projection(images) -> (B, N, E)",
     cases=Q2_CASES,
     run_case=_run_q2,
     outputs={"patch_embeddings": "(B, N, emb_size)"},
-    skeleton='''class PatchEmbedding(nn.Module):
-    def __init__(self, in_channels: int = 3, patch_size: int = 16, emb_size: int = 768):
-        self.patch_size = patch_size
-        super().__init__()
-        self.projection = nn.Sequential(
-            # Q2. Fill in the blanks below.
-            # The layer should perform
-            # break-down the image in s1 x s2 patches and flat them
-            # The linear layer should project the dimension to the emb_size.
-            Rearrange('b c (h s1) (w s2) -> ', s1=patch_size, s2=patch_size),
-            nn.Linear( , )
-        )
-
-    def forward(self, x: Tensor) -> Tensor:
-        x = self.projection(x)
-        return x
-''',
 ))
 
 
@@ -190,18 +172,9 @@ register(Question(
     points=1,
     answer_name="PatchEmbedding",
     kind="class",
-    signature="PatchEmbedding(in_channels, patch_size, emb_size[, img_size]); forward(images) -> (B, N+1, E)",
     cases=Q3_CASES,
     run_case=_run_q3,
     outputs={"tokens": "(B, N+1, emb_size)"},
-    skeleton='''def forward(self, x: Tensor) -> Tensor:
-    x = self.projection(x)
-    # Q3. Fill in the blank in the repeat function.
-    # The cls_token should be repeated as much as the batch size.
-    cls_tokens = repeat(self.cls_token, \'\'\'Fill Here.\'\'\')
-    x = torch.cat([cls_tokens, x], dim=1)
-    return x
-''',
 ))
 
 # --------------------------------------------------------------------------- q4 sinusoidal positions
@@ -228,16 +201,9 @@ register(Question(
     points=1,
     answer_name="PatchEmbedding",
     kind="class",
-    signature="PatchEmbedding(in_channels, patch_size, emb_size, img_size); forward(images) -> (B, N+1, E)",
     cases=Q4_CASES,
     run_case=_run_q4,
     outputs={"tokens": "(B, N+1, emb_size)"},
-    skeleton='''self.cls_token = nn.Parameter(torch.randn(1,1,emb_size))
-self.learnable_positions = nn.Parameter(torch.randn((img_size // patch_size) **2 + 1, emb_size))
-#Q4. Define the positional embedding using the getPositionEncoding Function.
-# Fill in the parameters for the getPositionEncoding function.
-self.sinusoids_positions = torch.from_numpy(getPositionEncoding(\'\'Fill Here.\'\'))
-''',
 ))
 
 # --------------------------------------------------------------------------- Conv2d patch embedding
@@ -273,17 +239,7 @@ register(Question(
     points=2,
     answer_name="ConvPatchEmbedding",
     kind="class",
-    signature="ConvPatchEmbedding(in_channels, patch_size, emb_size); forward(images (B, C, H, W)) -> (B, N, E)",
     cases=CONV_CASES,
     run_case=_run_conv,
     outputs={"patch_embeddings": "(B, N, emb_size)"},
-    skeleton='''class ConvPatchEmbedding(nn.Module):
-    def __init__(self, in_channels, patch_size, emb_size):
-        super().__init__()
-        self.proj = nn.Conv2d(...)   # one output vector per non-overlapping P x P patch
-
-    def forward(self, images):
-        # images (B, C, H, W) -> (B, N, emb_size), patches row by row
-        ...
-''',
 ))

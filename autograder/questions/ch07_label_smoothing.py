@@ -58,15 +58,8 @@ register(Question(
     points=2,
     answer_name="smoothed_cross_entropy",
     kind="function",
-    signature="smoothed_cross_entropy(logits (B, C), targets (B,), smoothing=0.1) -> mean loss (0-dim)",
     cases=LS_CASES,
     run_case=_run_ls,
     forbidden=("cross_entropy",),
     outputs={"loss": "a single number", "grad_logits": "(B, C)"},
-    skeleton='''def smoothed_cross_entropy(logits, targets, smoothing=0.1):
-    """logits (B, C), targets (B,) -> mean over the batch of -sum_c q_c log p_c (0-dim)."""
-    log_probs = ...     # (B, C), numerically stable log-softmax
-    q = ...             # (B, C): 1 - smoothing + smoothing / C on the target, smoothing / C elsewhere
-    return ...
-''',
 ))

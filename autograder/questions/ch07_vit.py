@@ -112,32 +112,12 @@ register(Question(
     points=3,
     answer_name="ViT",
     kind="class",
-    signature="ViT(img_size, patch_size, in_channels, num_classes, dim, depth, num_heads, mlp_dim); "
-              "forward(x, return_attention=False) -> logits (B, num_classes) [, list of (B, heads, N+1, N+1)]",
     cases=VIT_CASES,
     run_case=_run_vit,
     forbidden=("attention",),
     outputs={"logits": "(B, num_classes)", "logits (return_attention=True)": "(B, num_classes)",
              **{f"attention map of block {i}": "(B, heads, N+1, N+1)" for i in range(3)},
              "grad_images": "(B, C, H, W)"},
-    skeleton='''class ViT(nn.Module):
-    def __init__(self, img_size=32, patch_size=4, in_channels=3, num_classes=10,
-                 dim=128, depth=6, num_heads=4, mlp_dim=512):
-        super().__init__()
-        num_patches = (img_size // patch_size) ** 2
-        self.patch_embed = ConvPatchEmbedding(in_channels, patch_size, dim)
-        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
-        self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
-        self.blocks = nn.ModuleList([TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
-                                     for _ in range(depth)])
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, num_classes)
-
-    def forward(self, x, return_attention=False):
-        # x: (B, C, H, W)
-        ...   # patches, class token, positions, blocks (collect their attention weights), norm, head
-        return (logits, attentions) if return_attention else logits
-''',
 ))
 
 # --------------------------------------------------------------------------- cross-entropy
@@ -191,14 +171,8 @@ register(Question(
     points=2,
     answer_name="cross_entropy",
     kind="function",
-    signature="cross_entropy(logits (B, C), targets (B,)) -> mean loss (0-dim)",
     cases=CE_CASES,
     run_case=_run_ce,
     forbidden=("cross_entropy",),
     outputs={"loss": "a single number", "grad_logits": "(B, C)"},
-    skeleton='''def cross_entropy(logits, targets):
-    """logits (B, C), targets (B,) integers in [0, C) -> mean loss (a 0-dim tensor)."""
-    log_probs = ...     # (B, C), numerically stable log-softmax over the classes
-    return ...          # minus the mean of each example's target log-probability
-''',
 ))

@@ -68,14 +68,9 @@ register(Question(
     points=1,
     answer_name="causal_mask",
     kind="function",
-    signature="causal_mask(T) -> (T, T), 1 where query t may attend key s <= t",
     cases=MASK_CASES,
     run_case=_run_mask,
     outputs={"mask": "(T, T)"},
-    skeleton='''def causal_mask(T):
-    """(T, T) bool, True where query t may attend key s (s <= t)."""
-    ...
-''',
 ))
 
 # --------------------------------------------------------------------------- cross-attention
@@ -171,29 +166,11 @@ register(Question(
     points=3,
     answer_name="CrossAttention",
     kind="class",
-    signature="CrossAttention(emb_size, num_heads, context_dim=None); forward(x (B, T, E), context (B, S, C)) "
-              "-> (B, T, E)",
     cases=CROSS_CASES,
     run_case=_run_cross,
     forbidden=("attention",),
     outputs={"out": "(B, T, E)", "weights": "(B, heads, T, S)", "grad_x": "(B, T, E)",
              "grad_context": "(B, S, context_dim)"},
-    skeleton='''class CrossAttention(nn.Module):
-    def __init__(self, emb_size, num_heads, context_dim=None):
-        super().__init__()
-        self.num_heads = num_heads
-        context_dim = context_dim or emb_size
-        self.query = nn.Linear(emb_size, emb_size)
-        self.key_value = nn.Linear(context_dim, 2 * emb_size)
-        self.projection = nn.Linear(emb_size, emb_size)
-
-    def forward(self, x, context, mask=None, return_attention=False):
-        # x: (B, T, emb_size) decoder tokens; context: (B, S, context_dim) encoder output
-        q = ...        # (B, h, T, d) from x
-        k, v = ...     # (B, h, S, d) each, from context: 'b s (kv h d) -> kv b h s d'
-        ...
-        return (out, weights) if return_attention else out
-''',
 ))
 
 # --------------------------------------------------------------------------- decoder block
@@ -257,26 +234,9 @@ register(Question(
     points=3,
     answer_name="DecoderBlock",
     kind="class",
-    signature="DecoderBlock(dim, num_heads, mlp_dim, context_dim=None); forward(x (B, T, D), context (B, S, C), "
-              "self_mask=None|'causal') -> (B, T, D)",
     cases=DEC_CASES,
     run_case=_run_decoder,
     forbidden=("attention",),
     outputs={"out": "(B, T, dim)", "out (last token changed)": "(B, T, dim)", "grad_x": "(B, T, dim)",
              "grad_context": "(B, S, context_dim)"},
-    skeleton='''class DecoderBlock(nn.Module):
-    def __init__(self, dim, num_heads, mlp_dim, context_dim=None):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.self_attn = MultiHeadAttention(dim, num_heads)
-        self.norm2 = nn.LayerNorm(dim)
-        self.cross_attn = CrossAttention(dim, num_heads, context_dim)
-        self.norm3 = nn.LayerNorm(dim)
-        self.mlp = FeedForwardBlock(dim, ...)   # dim -> mlp_dim -> dim
-
-    def forward(self, x, context, self_mask=None):
-        # x: (B, T, dim), context: (B, S, context_dim); self_mask: None or "causal"
-        ...
-        return x
-''',
 ))

@@ -73,24 +73,8 @@ register(Question(
     points=3,
     answer_name="CachedSelfAttention",
     kind="class",
-    signature="CachedSelfAttention(emb_size, num_heads); forward(x (B, T, E), cache=None) -> "
-              "(out (B, T, E), (keys, values) each (B, h, S+T, d))",
     cases=KV_CASES,
     run_case=_run_kv,
     forbidden=("attention",),
     outputs={"cached keys": "(B, h, S, d)", "cached values": "(B, h, S, d)"},
-    skeleton='''class CachedSelfAttention(nn.Module):
-    def __init__(self, emb_size, num_heads):
-        super().__init__()
-        self.num_heads = num_heads
-        self.qkv = nn.Linear(emb_size, 3 * emb_size)
-        self.projection = nn.Linear(emb_size, emb_size)
-
-    def forward(self, x, cache=None):
-        q, k, v = ...          # (B, h, T, d) each, for the T new tokens
-        if cache is not None:
-            ...                # append the new keys and values after the cached ones
-        ...                    # causal attention: new token t sees the cache and new tokens <= t
-        return out, (k, v)
-''',
 ))

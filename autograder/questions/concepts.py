@@ -27,11 +27,9 @@ def concept(qid: str, chapter: str, title: str, answer_name: str, what: str, **c
         points=1,
         answer_name=answer_name,
         kind="value",
-        signature=f"{answer_name} = <a number: {what}>",
         cases=[Case("your answer", dict(compare))],
         run_case=_run_value,
         outputs={"answer": what},
-        skeleton=f"{answer_name} = ...   # {what}\n",
     ))
 
 
