@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+import autograder
+
 import grading_students as S
 
 pytestmark = pytest.mark.slow   # grades classes with `python -m autograder grade` (make test-fast skips it)
@@ -31,6 +33,15 @@ def grade(root: Path, *extra: str, version: str = "v1", timeout: float = 600) ->
 
 def scores(root: Path) -> dict:
     return {k: v[0] for k, v in S.read_csv(root).items()}
+
+
+def q1_scores(root: Path) -> dict:
+    """The scores of q1 only (the assignment also has a conceptual question)."""
+    return {k: v for k, v in scores(root).items() if k[2] == "q1"}
+
+
+QUESTIONS_A = [q.id for q in autograder.questions(A)]            # q1 and the chapter's conceptual question
+FULL_A = sum(q.points for q in autograder.questions(A))
 
 
 def _odd_students(root: Path) -> None:
@@ -61,7 +72,7 @@ def test_batch_odd_folders_rerun_changes_and_force(tmp_path):
     assert rows[("empty", A, "q1")][:2] == (0.0, 2.0) and "no notebook" in rows[("empty", A, "q1")][2]
     assert rows[("other", "99_not_an_assignment", "")][1] == 0.0
     assert "no questions" in rows[("other", "99_not_an_assignment", "")][2]
-    assert len(rows) == 7
+    assert len(rows) == 6 * len(QUESTIONS_A) + 1
     header = (root / "grades.csv").read_text().splitlines()[0]
     assert header == "student,assignment,question,score,max_score,reason"
     two = json.loads((root / ".autograder" / "results" / "two" / f"{A}.json").read_text())
@@ -103,14 +114,14 @@ def test_batch_odd_folders_rerun_changes_and_force(tmp_path):
     assert scores(root)[("ben", A, "q1")] == 2.0
     from nbgrader.api import Gradebook
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
-        assert gb.find_submission(A, "ben").score == 2.0
+        assert gb.find_submission(A, "ben").score == FULL_A
         assert len(gb.find_assignment(A).submissions) == 6
 
     # --force grades again what it is asked to (here one student); the others keep their rows
     forced = grade(root, "--force", "--student", "ann")
     assert "grading 1 submission(s)" in forced.stdout, forced.stdout
     assert state.stat().st_mtime_ns != stamp
-    assert len(S.read_csv(root)) == 7
+    assert len(S.read_csv(root)) == 6 * len(QUESTIONS_A) + 1
 
 
 def test_new_grader_version_invalidates_saved_results(tmp_path):
@@ -160,14 +171,14 @@ def test_interrupted_batch_resumes(tmp_path):
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, (out, err)
     assert not (states / "z9" / f"{A}.json").exists()
-    assert scores(root) == {("a1", A, "q1"): 2.0, ("a2", A, "q1"): 2.0}
+    assert q1_scores(root) == {("a1", A, "q1"): 2.0, ("a2", A, "q1"): 2.0}
     # no grading process is left behind
     assert subprocess.run(["pgrep", "-f", f"autograder grade {root}"], capture_output=True).stdout == b""
 
     S.write(S.load(A), root, "z9", A)
     resumed = grade(root)
     assert "grading 1 submission(s)" in resumed.stdout and "2 unchanged" in resumed.stdout
-    assert scores(root) == {("a1", A, "q1"): 2.0, ("a2", A, "q1"): 2.0, ("z9", A, "q1"): 2.0}
+    assert q1_scores(root) == {("a1", A, "q1"): 2.0, ("a2", A, "q1"): 2.0, ("z9", A, "q1"): 2.0}
 
 
 def test_missing_root_is_a_clear_error(tmp_path):
@@ -205,4 +216,4 @@ def test_a_virtual_environment_reached_through_a_symlink(tmp_path):
                            "--no-progress", "--timeout", "20"], cwd=S.REPO, capture_output=True,
                           text=True, timeout=600, env=dict(os.environ, AUTOGRADER_GRADER_VERSION="v1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert scores(root) == {("ann", A, "q1"): 2.0, ("ben", A, "q1"): 0.0}, S.read_csv(root)
+    assert q1_scores(root) == {("ann", A, "q1"): 2.0, ("ben", A, "q1"): 0.0}, S.read_csv(root)
