@@ -100,6 +100,44 @@ def test_own_answers_still_work_under_every_ban(banned):
     assert (scores.masked_fill(torch.eye(3, dtype=torch.bool), -1e9).amax(-1) < 1e9).all()
 
 
+UNDO_SCRIPT = r'''
+import warnings
+import torch, torch.nn.functional as F
+from autograder.student.ban import install
+from autograder.student.forbidden import FORBIDDEN
+
+x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
+
+def library_functions():
+    x.grad = None
+    outs = [F.softmax(x, -1), F.log_softmax(x, -1), F.layer_norm(x, (4,)), F.group_norm(x, 1),
+            F.cross_entropy(x[0], torch.tensor([1, 2, 3])), F.scaled_dot_product_attention(x, x, x),
+            F.embedding(torch.tensor([0, 1]), x[0])]
+    sum(o.sum() for o in outs).backward()
+    return [o.detach() for o in outs] + [x.grad.clone()]
+
+before = library_functions()
+for key in FORBIDDEN:
+    install([key], reversible=True).undo()
+with warnings.catch_warnings():
+    warnings.simplefilter("error")          # PyTorch warns when a stale dispatch entry is used
+    after = library_functions()
+assert all(torch.equal(a, b) for a, b in zip(before, after))
+print("restored")
+'''
+
+
+def test_check_leaves_the_students_torch_as_it_found_it():
+    """``check()`` bans in the student's own kernel and undoes the ban: afterwards every library
+    function computes the same values and gradients, without PyTorch's "an autograd kernel was
+    not registered" warning (registering both composite alias families left the table stale)."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", UNDO_SCRIPT], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "restored" in done.stdout, done.stderr[-2000:]
+
+
 # --------------------------------------------------------------------------- the sandbox
 
 KEYRING_SCRIPT = r'''
