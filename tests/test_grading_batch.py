@@ -220,3 +220,26 @@ def test_a_virtual_environment_reached_through_a_symlink(tmp_path):
                           text=True, timeout=600, env=dict(os.environ, AUTOGRADER_GRADER_VERSION="v1"))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert q1_scores(root) == {("ann", A, "q1"): 2.0, ("ben", A, "q1"): 0.0}, S.read_csv(root)
+
+
+def test_every_assignment_solution_full_marks_exercise_zero(tmp_path):
+    """The whole course through the batch path (inputs drawn by the grader with a secret salt,
+    sandbox): each solution notebook scores every question in full, each blank exercise zero.
+    The local `check` path draws no inputs, so only this test sees a question whose draw fails
+    (q2's float64 case once failed for every 06 submission here and nowhere else)."""
+    from autograder.instructor.nbtools import assignments
+
+    root = tmp_path / "course"
+    names = assignments(S.REPO)
+    for name in names:
+        S.write(S.load(name), root, "solver", name)
+        S.write(S.load(name, "exercises"), root, "blank", name)
+    proc = grade(root, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = S.read_csv(root)
+    expected = {(student, q.chapter, q.id) for student in ("solver", "blank") for name in names
+                for q in autograder.questions(name)}
+    assert set(rows) == expected
+    for (student, assignment, qid), (score, max_score, reason) in rows.items():
+        wanted = max_score if student == "solver" else 0.0
+        assert score == wanted, (student, assignment, qid, reason)

@@ -54,7 +54,8 @@ class _DrawCase:
 
     def tensor(self, array, dtype=None, requires_grad=False):
         import torch
-        return torch.from_numpy(np.array(array, copy=True))
+        tensor = torch.from_numpy(np.array(array, copy=True))
+        return tensor.double() if dtype == "float64" and tensor.is_floating_point() else tensor
 
     def seed(self, value):
         import torch
@@ -70,7 +71,7 @@ class _DrawCase:
               **kwargs):
         module = cls(*args, **kwargs)
         module.train(bool(train))
-        return module
+        return module.double() if dtype == "float64" else module
 
     def output(self, name, value):
         return value
