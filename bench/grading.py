@@ -7,7 +7,8 @@ The class is made from the course's own notebooks: per assignment, 60% of the st
 in the solution, 20% the blank exercise, 20% the solution with one answer made wrong (a
 realistic edit inside a solution block where one applies: the 1/sqrt(d_k) scaling
 dropped, softmax over the wrong axis, sin and cos swapped, the mask inverted; otherwise
-the answer's outputs scaled by 1.1, or inverted when boolean). The grading command runs as
+the answer's outputs scaled by 1.1, or inverted when boolean; a conceptual question's
+number plus one). The grading command runs as
 an instructor would run it (a fresh process, sandbox and start-up included) and the
 benchmark checks the verdicts: every honest notebook full marks, every blank one zero,
 every mistaken one below full marks.
@@ -87,7 +88,13 @@ def make_mistake(nb: dict, rng: random.Random) -> str:
             return f"edited: {pattern}"
     kind, name = _defined_name(source) or ("def", None)
     if name is None:
-        return "none"
+        # a conceptual question's cell (`name = <number>`): a different number
+        match = re.search(r"^(\w+) = ([-+0-9.e]+)$", block, flags=re.MULTILINE)
+        if match is None:
+            raise ValueError(f"bench.grading cannot make this answer wrong:\n{source}")
+        wrong = float(match.group(2)) + 1
+        cell["source"] = source.replace(match.group(0), f"{match.group(1)} = {wrong!r}", 1)
+        return f"value {match.group(1)} changed"
     if kind == "def":
         wrapper = (f"\n_bench_{name} = {name}\n\ndef {name}(*args, **kwargs):\n"
                    f"    return _bench_perturb(_bench_{name}(*args, **kwargs))\n")
@@ -98,6 +105,9 @@ def make_mistake(nb: dict, rng: random.Random) -> str:
     nb["cells"].append({"cell_type": "code", "execution_count": None, "metadata": {},
                         "outputs": [], "source": PERTURB + wrapper})
     return "outputs scaled by 1.1"
+
+
+MISTAKES: dict[tuple[str, str], str] = {}     # (student, assignment) -> the mistake made
 
 
 def build_class(root: Path, students: int, assignments: list[str], seed: int = 0) -> dict:
@@ -119,7 +129,7 @@ def build_class(root: Path, students: int, assignments: list[str], seed: int = 0
             else:
                 nb = json.loads(json.dumps(sources[a]))
                 if kind == "mistaken":
-                    make_mistake(nb, rng)
+                    MISTAKES[(student, a)] = make_mistake(nb, rng)
                 path.write_text(json.dumps(nb, indent=1))
             kinds[(student, a)] = kind
     return kinds
@@ -197,7 +207,8 @@ def main(argv=None) -> int:
         if wrong:
             print(f"{len(wrong)} unexpected verdict(s), e.g.:")
             for key, kind, got, full in wrong[:10]:
-                print(f"  {key[0]}/{key[1]} ({kind}): {got}/{full}")
+                what = f" [{MISTAKES[key]}]" if key in MISTAKES else ""
+                print(f"  {key[0]}/{key[1]} ({kind}{what}): {got}/{full}")
         print(f"grading_notebooks_per_min={rate:.1f} wall_seconds={wall:.1f} notebooks={n} "
               f"load_1min={load_after:.2f} unexpected={len(wrong)}")
         return 1 if wrong else 0

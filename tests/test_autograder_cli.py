@@ -247,3 +247,23 @@ def test_probes_run_with_the_sandbox_bundle_only(tmp_path):
                           timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert f"probed {len(autograder.questions())}" in done.stdout
+
+
+def test_a_question_that_forbids_nothing_is_not_graded_under_another_questions_ban(tmp_path):
+    """`patches` and `concept_patch_numbers` forbid nothing; they share the run of
+    `embedding_lookup`, whose ban removes torch's embedding. A notebook that computes the
+    concept's number with nn.Embedding meets that ban in a cell: the question is run again
+    without it (full marks), while the embedding ban still holds for its own question."""
+    path = tmp_path / "embedding_everywhere.py"
+    path.write_text(SOLUTIONS.read_text().replace(
+        "numbers_per_token = 192",
+        "numbers_per_token = int(nn.Embedding(1, 192)(torch.tensor([0])).shape[-1])") + textwrap.dedent('''
+        def embed(token_ids, weight):
+            return torch.nn.functional.embedding(token_ids, weight)
+        '''))
+    results, outcome = check_submission(path, ["patches", "embedding_lookup", "concept_patch_numbers"])
+    results = by_id(results)
+    assert results["concept_patch_numbers"].passed, results["concept_patch_numbers"].feedback
+    assert results["patches"].passed
+    assert not results["embedding_lookup"].passed
+    assert "embedding lookup" in results["embedding_lookup"].feedback

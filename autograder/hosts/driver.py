@@ -45,25 +45,69 @@ def options_for(timeout: float) -> dict:
 
 def ban_groups(qids: list[str]) -> list[tuple[tuple[str, ...], list[str]]]:
     """The questions grouped by what their exercises forbid, in question order: the notebook
-    runs once per group, with that group's forbidden functions removed from the start."""
+    runs once per group, with that group's forbidden functions removed from the start.
+
+    A question that forbids nothing does not get a run of its own when another group exists:
+    it rides along with the group that forbids least (each run costs a fresh sandboxed process
+    and every cell again). Its answer is probed there under a ban it does not have;
+    :func:`run_submission` runs it again without any ban when that ban got in its way."""
     from ..questions import question
+    from ..student.forbidden import FORBIDDEN
 
     groups: dict[tuple[str, ...], list[str]] = {}
+    free: list[str] = []
     for qid in qids:
-        groups.setdefault(tuple(sorted(question(qid).forbidden)), []).append(qid)
+        forbidden = tuple(sorted(question(qid).forbidden))
+        if forbidden:
+            groups.setdefault(forbidden, []).append(qid)
+        else:
+            free.append(qid)
+    if not groups:
+        return [((), free)] if free else []
+    if free:
+        def size(ban):
+            return sum(len(FORBIDDEN[key].aten) + len(FORBIDDEN[key].python) for key in ban if key in FORBIDDEN)
+
+        host = min(groups, key=size)
+        groups[host] = [qid for qid in qids if qid in groups[host] or qid in free]
     return list(groups.items())
+
+
+def _hindered(outcome: Outcome, qid: str, cells_hit: bool) -> bool:
+    """Whether a question that forbids nothing, probed in a run with a ban, may have been
+    graded on that ban: a cell of the run or its own probe met a forbidden function, or its
+    answer was not there to probe."""
+    if cells_hit:
+        return True
+    probe = outcome.probes.get(qid)
+    if probe is None or "unavailable" in probe:
+        return True
+    data = probe.get("data") or {}
+    return "ForbiddenCall" in repr(data.get("fatal", "")) + repr(data.get("cases", ""))
 
 
 def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs: bytes = b"") -> Outcome:
     """Run a notebook on ``host`` once per group of :func:`ban_groups` (again without a
-    culprit cell if its process dies), all within one budget of ``limits.timeout``."""
+    culprit cell if its process dies), all within one budget of ``limits.timeout``; then,
+    without any ban, the questions that forbid nothing and were hindered by their group's."""
+    from ..questions import question
+
     outcome = Outcome()
-    state = {"skip": [], "notes": [], "started": time.monotonic()}
+    state = {"skip": [], "notes": [], "started": time.monotonic(), "forbidden_in_cells": False}
     state["end"] = state["started"] + float(limits.timeout)
+    again: list[str] = []
     for ban, group in ban_groups(list(qids)):
+        state["forbidden_in_cells"] = False
         _run_group(host, raw, group, list(ban), limits, name, inputs, outcome, state)
         if outcome.status == "invalid":
             break
+        if ban:
+            again += [qid for qid in group if not question(qid).forbidden
+                      and _hindered(outcome, qid, state["forbidden_in_cells"])]
+    if again and outcome.status != "invalid":
+        for qid in again:
+            outcome.probes.pop(qid, None)
+        _run_group(host, raw, again, [], limits, name, inputs, outcome, state)
     outcome.reason = "; ".join(dict.fromkeys(state["notes"]))
     outcome.seconds = time.monotonic() - state["started"]
     return outcome
@@ -94,6 +138,8 @@ def _run_group(host, raw, qids, ban, limits, name, inputs, outcome, state) -> No
             elif kind in ("cell", "probe"):
                 last = header
             elif kind == "cells":
+                if any("ForbiddenCall" in str(e) for e in header.get("errors", [])):
+                    state["forbidden_in_cells"] = True
                 if not outcome.cell_errors:
                     errors = [str(e) for e in header.get("errors", [])]
                     outcome.cell_errors = errors[:50]
