@@ -39,7 +39,7 @@ def test_question_list_follows_the_contract():
         assert autograder.question(qid).answer_name == name
     chapters = {q.chapter for q in QUESTIONS}
     assert chapters == {"01_tokens", "02_positional_encoding", "03_attention", "04_multihead_attention",
-                        "05_blocks", "06_patch_embedding", "07_vit", "08_decoder"}
+                        "05_blocks", "06_patch_embedding", "07_vit", "08_decoder", "09_training"}
     assert [q.id for q in autograder.questions("03_attention")] == ["softmax", "attention", "attention_head",
                                                                     "concept_masked_row"]
     for q in QUESTIONS:

@@ -94,7 +94,9 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs:
 
     outcome = Outcome()
     state = {"skip": [], "notes": [], "started": time.monotonic(), "forbidden_in_cells": False}
-    state["end"] = state["started"] + float(limits.timeout)
+    # a training question brings its own time (Question.seconds) on top of the submission's budget
+    extra = sum(float(question(qid).seconds) for qid in dict.fromkeys(qids))
+    state["end"] = state["started"] + float(limits.timeout) + extra
     again: list[str] = []
     for ban, group in ban_groups(list(qids)):
         state["forbidden_in_cells"] = False

@@ -99,9 +99,18 @@ def colab_url(url: str, branch: str, assignment: str) -> str:
             f"exercises/{assignment}/{assignment}.ipynb")
 
 
+# Assignments that go with a chapter of another name (the others share their chapter's name).
+CHAPTER_OF = {"09_training": "07_vit"}
+
+
+def chapter_of(assignment: str) -> str:
+    """The book chapter that goes with ``assignment``."""
+    return CHAPTER_OF.get(assignment, assignment)
+
+
 def chapter_url(url: str, branch: str, assignment: str) -> str:
-    """The book chapter of an assignment (same name), in the repository."""
-    return f"{url}/blob/{branch}/book/{assignment}.ipynb"
+    """The book chapter of an assignment, in the repository."""
+    return f"{url}/blob/{branch}/book/{chapter_of(assignment)}.ipynb"
 
 
 def header_cells(url: str, branch: str, assignment: str) -> list:
@@ -111,7 +120,7 @@ def header_cells(url: str, branch: str, assignment: str) -> list:
     badge = new_markdown_cell(
         f"[![Open In Colab]({COLAB_BADGE})]({colab_url(url, branch, assignment)})\n"
         f"&nbsp; The chapter that goes with these exercises: "
-        f"[book/{assignment}]({chapter_url(url, branch, assignment)})",
+        f"[book/{chapter_of(assignment)}]({chapter_url(url, branch, assignment)})",
         id=HEADER_IDS[0])
     setup = new_code_cell(
         "# Set-up. In Google Colab this installs the course package (vitref + autograder)\n"

@@ -236,6 +236,10 @@ def match_mistake(question: Question, data: dict, verify: bool = True):
     batch and attention maps stacked the wrong way)."""
     if question.kind == "value":
         return _match_value(question, data)
+    found = entry(question.id)
+    if found.match is not None:
+        key = found.match(question, data)
+        return next((m for m in found.catalogue if m.key == key), None)
     best, best_rank = None, 0
     for mistake, answer in mistake_answers(question):
         rank = _matches(question, answer, data, verify)
@@ -390,6 +394,10 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
         return fail(f"Not accepted: {error}.", mistake="tamper")
     if not problems:
         checked = "" if question.kind == "value" else f" ({len(question.cases)} input sets checked)"
+        summary = entry(question.id).summary
+        if summary is not None:
+            reached = summary(question, data)
+            checked = f": {reached}" if reached else checked
         return Result(qid, True, points, points, f"{question.title}: correct{checked}.")
     case, message = problems[0]
     text = f"{message}." if question.kind == "value" else f"On input {case.label}: {message}."

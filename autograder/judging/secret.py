@@ -92,7 +92,8 @@ def draw_inputs(question: Question, source) -> dict[str, np.ndarray]:
 
     from .catalogue import entry
 
-    reference = entry(question.id).references()[0]
+    found = entry(question.id)
+    reference = found.draw_answer or found.references()[0]
     recording = _Recording(source)
     with I.using(recording), torch.no_grad():
         for case in question.cases:
@@ -101,6 +102,19 @@ def draw_inputs(question: Question, source) -> dict[str, np.ndarray]:
             except Exception as error:  # re-raised: only the inputs drawn before matter
                 raise RuntimeError(f"drawing the inputs of {question.id} ({case.label}) failed: {error}") from error
     return recording.arrays
+
+
+def public_inputs(qids) -> bytes:
+    """The public inputs of ``qids``, packed for a child process (``python -m autograder check``):
+    the same values the child would draw itself, plus those only the grader's side can make
+    (dataset images)."""
+    from ..questions import question
+
+    source = I.PublicSource()
+    arrays: dict[str, np.ndarray] = {}
+    for qid in dict.fromkeys(qids):
+        arrays.update(draw_inputs(question(qid), source))
+    return pack_inputs(arrays, source.pool())
 
 
 def pack_inputs(arrays: dict[str, np.ndarray], pool: np.ndarray) -> bytes:

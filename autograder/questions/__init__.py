@@ -15,6 +15,7 @@ from . import (  # noqa: F401
     ch07_label_smoothing,
     ch08_decoder,
     ch08_kvcache,
+    ch09_training,
     concepts,
 )
 from .base import Case, Question, register, registry  # noqa: F401

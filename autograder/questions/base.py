@@ -58,6 +58,9 @@ class Question:
     run_case: Callable[[Any, Case, Any], None]  # (answer, case, recorder): probe and judge share it
     forbidden: tuple[str, ...] = ()            # keys of autograder.student.forbidden.FORBIDDEN
     outputs: Mapping[str, str] = field(default_factory=dict)  # output name -> shape in words, e.g. "(B, T, d_v)"
+    # wall-clock seconds its probe may take (a training question), added to the submission's
+    # budget; 0: the usual per-answer limit
+    seconds: float = 0.0
 
     def __repr__(self) -> str:
         return f"<Question {self.id} ({self.chapter}): {self.title}, {self.points} points>"

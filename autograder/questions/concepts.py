@@ -53,3 +53,5 @@ concept("concept_initial_loss", "07_vit", "Predict: the loss of an untrained cla
         "the cross-entropy of 10 equal logits (natural log), to 2 decimals", atol=0.006)
 concept("concept_decoding_work", "08_decoder", "Predict: the work a cache saves", "keys_without_cache",
         "how many key vectors (per layer and head) 10 decoding steps compute without a cache")
+concept("concept_augmentation", "09_training", "Why ViTs need data (multiple choice)", "data_option",
+        "the number of the right option", options=4)

@@ -126,6 +126,41 @@ def bernoulli_mask(shape, seed: int, p_allowed: float = 0.6, full_rows=(), ensur
     return _SOURCE.draw(key, make)
 
 
+# Real images for the questions that train a model. The student side holds no data and no
+# way to load it: the grader's side registers a loader (autograder.judging), draws the subset
+# and, in the sandbox, sends it as arrays like every other input.
+_DATASETS: dict = {}
+
+
+def register_dataset(name: str, loader) -> None:
+    """``loader(train: bool) -> (images uint8 (N, C, H, W), labels int64 (N,))`` for ``name``."""
+    _DATASETS[name] = loader
+
+
+def dataset(name: str, split: str, count: int, seed: int, part: str) -> np.ndarray:
+    """``count`` examples of ``name``'s ``split`` ("train" or "test"), a random subset without
+    repeats chosen by the seed: their ``part`` ("images": uint8 (count, C, H, W); "labels":
+    int64 (count,)). The two parts of one (split, count, seed) are the same examples."""
+    if split not in ("train", "test") or part not in ("images", "labels"):
+        raise ValueError(f"dataset split must be 'train' or 'test' and part 'images' or 'labels', "
+                         f"got {split!r} and {part!r}")
+    key = ("dataset", 6 if split == "train" else 7, int(seed), str(name), int(count), part)
+
+    def make(rng):
+        loader = _DATASETS.get(name)
+        if loader is None:
+            raise InputMissing(f"this question needs {name} images, which only the grader's side can load "
+                               f"(import autograder.judging first)")
+        images, labels = loader(split == "train")
+        if count > len(labels):
+            raise ValueError(f"{name} {split} has {len(labels)} examples, fewer than the {count} asked for")
+        index = np.sort(rng.choice(len(labels), size=int(count), replace=False))
+        chosen = images[index] if part == "images" else labels[index]
+        return np.ascontiguousarray(chosen)
+
+    return _SOURCE.draw(key, make)
+
+
 def _mix(*words: int) -> int:
     """splitmix64 over the words: a public, well-spread integer hash."""
     state = 0x9E3779B97F4A7C15

@@ -104,7 +104,8 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
         emit(wire.frame({"event": "done"}))
         return
 
-    reserve = min(probe_cap * len(questions), max(deadline - time.monotonic(), 0) / 2)
+    long_probes = sum(float(q.seconds) for q in questions.values())     # training questions: their own time
+    reserve = long_probes + min(probe_cap * len(questions), max(deadline - long_probes - time.monotonic(), 0) / 2)
     namespace = {"__name__": "__main__", "get_ipython": lambda: Shell(), "display": lambda *a, **k: None}
     timed_out: list[int] = []
     errors = run_cells(cells, namespace, skip=skip,
@@ -122,7 +123,7 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
                     + (f" (a cell raised an error: {errors[0]})" if errors else ""), "cases": []}
             emit(wire.result_frame(qid, data))
             continue
-        budget = min(probe_cap, deadline - time.monotonic())
+        budget = min(max(probe_cap, float(q.seconds)), deadline - time.monotonic())
         if budget <= 0.05:
             emit(wire.frame({"event": "unavailable", "qid": qid,
                              "reason": "not checked: the notebook used up the time limit"}))

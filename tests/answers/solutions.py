@@ -3,6 +3,9 @@
 This file is also a valid submission for ``python -m autograder check`` (every answer name is
 defined at top level), and the notebooks' solutions follow the same code.
 """
+import math
+import time
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -314,6 +317,67 @@ class CachedSelfAttention(nn.Module):
         return self.projection(out), (k, v)
 
 
+# ----------------------------------------------------------------- 09_training
+
+FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
+
+
+class FashionViT(nn.Module):
+    """A small ViT for Fashion-MNIST: uint8 images (B, 1, 28, 28) -> logits (B, 10).
+
+    Patch 7 (16 patches + the class token), pre-LN encoder blocks (PyTorch's own
+    nn.TransformerEncoderLayer: the block of chapter 5), a final LayerNorm and a linear head
+    on the class token. The images are standardised inside forward, so the model takes them
+    as they are stored."""
+
+    def __init__(self, patch_size=7, dim=64, depth=3, num_heads=4, mlp_dim=128, dropout=0.0):
+        super().__init__()
+        num_patches = (28 // patch_size) ** 2
+        self.patch_embed = nn.Sequential(                                       # (B, 1, 28, 28) -> (B, N, dim)
+            Rearrange("b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)", p1=patch_size, p2=patch_size),
+            nn.Linear(patch_size * patch_size, dim),
+        )
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
+        self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
+        layer = nn.TransformerEncoderLayer(dim, num_heads, mlp_dim, dropout, activation="gelu",
+                                           batch_first=True, norm_first=True)
+        self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, 10)
+
+    def forward(self, images):
+        x = (images.float() / 255.0 - FASHION_MNIST_MEAN) / FASHION_MNIST_STD    # (B, 1, 28, 28)
+        tokens = self.patch_embed(x)                                              # (B, N, dim)
+        cls = self.cls_token.expand(len(tokens), -1, -1)                          # (B, 1, dim)
+        tokens = torch.cat([cls, tokens], dim=1) + self.pos_embed                 # (B, N + 1, dim)
+        return self.head(self.norm(self.blocks(tokens))[:, 0])                   # (B, 10)
+
+
+def train_vit(images, labels, seconds=60):
+    """Train a FashionViT on images uint8 (N, 1, 28, 28) and labels int64 (N,) for at most
+    `seconds` of wall-clock time; return the trained model."""
+    start = time.monotonic()
+    budget = 0.9 * seconds                       # keep some time for returning
+    torch.manual_seed(0)
+    model = FashionViT()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=2e-3, weight_decay=0.05)
+    batch_size, peak_lr, warmup = 128, 2e-3, 0.05
+    while True:
+        order = torch.randperm(len(labels))                      # one shuffle per epoch, images and labels alike
+        for first in range(0, len(labels) - batch_size + 1, batch_size):
+            progress = (time.monotonic() - start) / budget       # 0 -> 1 over the time budget
+            if progress >= 1:
+                return model.eval()
+            lr = peak_lr * min(1.0, progress / warmup) * 0.5 * (1 + math.cos(math.pi * progress))
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            index = order[first:first + batch_size]
+            loss = F.cross_entropy(model(images[index]), labels[index], label_smoothing=0.1)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+
+
 # ----------------------------------------------------------------- conceptual questions (plain numbers)
 numbers_per_token = 192
 table_entry = 0.48
@@ -324,6 +388,7 @@ warmup_option = 2
 position_rows = 197
 initial_loss = 2.30
 keys_without_cache = 55
+data_option = 2
 
 
 ANSWERS = {
@@ -338,6 +403,7 @@ ANSWERS = {
     "concept_masked_row": masked_row_weight, "concept_heads_params": heads_param_factor,
     "concept_mlp_share": mlp_to_attention, "concept_warmup": warmup_option, "concept_position_rows": position_rows,
     "concept_initial_loss": initial_loss, "concept_decoding_work": keys_without_cache,
+    "train_to_accuracy": train_vit, "concept_augmentation": data_option,
 }
 
 # Building blocks the catalogue's composite wrong answers need (see autograder.core.Mistake).

@@ -24,15 +24,25 @@ class Entry:
     # -> None when the case passes, else a sentence for the student (value questions: never
     # the expected value itself)
     verdict: Callable[[Any, Any, dict], str | None] | None = None
+    # with a verdict: match(question, data) -> the key of the catalogue mistake the outputs show
+    # (instead of running each mistake's answer), and summary(question, data) -> what a passing
+    # answer reached, added to its feedback
+    match: Callable[[Any, dict], str | None] | None = None
+    summary: Callable[[Any, dict], str | None] | None = None
+    # a stand-in for the first reference in the grader's input-drawing pass, where running the
+    # reference would be expensive (a training question): only the inputs it is given matter
+    draw_answer: Callable | None = None
 
 
 _ENTRIES: dict[str, Entry] = {}
 
 
-def add(qid: str, references, catalogue=(), reference_parts=None, diagnose=None, verdict=None) -> None:
+def add(qid: str, references, catalogue=(), reference_parts=None, diagnose=None, verdict=None, match=None,
+        summary=None, draw_answer=None) -> None:
     if qid in _ENTRIES:
         raise ValueError(f"duplicate catalogue entry {qid!r}")
-    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts, diagnose, verdict)
+    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts, diagnose, verdict, match, summary,
+                          draw_answer)
 
 
 def entry(qid: str) -> Entry:
@@ -54,5 +64,6 @@ def _load() -> None:
         ch07_label_smoothing,
         ch08_decoder,
         ch08_kvcache,
+        ch09_training,
         concepts,
     )

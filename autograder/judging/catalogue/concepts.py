@@ -247,3 +247,22 @@ concept("concept_decoding_work", _keys_without_cache, [
     wrong("off_by_one", "the last step left out (or the first)",
           "Steps 1 to 10 compute 1, 2, ..., 10 keys: add all ten.", 45, 66),
 ])
+
+# ------------------------------------------------------------------ 09 training
+
+# After a minute of training: 99% on the 10,000 training images, 84% on held-out ones. The gap
+# is overfitting of a model with no built-in locality (chapter 7, "Why ViTs need data"): more
+# varied data, i.e. augmentation (random shifts/crops), is what closes it within the same time.
+DATA_RIGHT = 2
+
+concept("concept_augmentation", lambda: DATA_RIGHT, [
+    wrong("bigger_model", "a larger model",
+          "More blocks fit the 10,000 training images even better (they are at 99% already) and make every step "
+          "slower: the gap between training and held-out accuracy is overfitting, and more capacity widens it.", 1),
+    wrong("larger_lr", "a larger learning rate",
+          "The training images are learned already: the problem is generalisation, not optimisation, and a 10x "
+          "learning rate risks the divergence warm-up protects against.", 3),
+    wrong("no_warmup", "dropping the warm-up",
+          "Warm-up only protects the first steps of AdamW; without it the run may start badly, and the "
+          "gap between training and held-out accuracy stays.", 4),
+])

@@ -1,0 +1,172 @@
+"""The training question (assignment 09, ``train_to_accuracy``): data, time budget, verdict.
+
+Fast tests judge fabricated predictions and run the catalogue's quick wrong answers; the slow
+ones train for the question's full minute (the course's reference recipe, and the solution's
+train_vit through the child-process check).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import autograder
+from autograder.hosts.driver import ban_groups
+from autograder.judging.catalogue import entry
+from autograder.judging.catalogue.ch09_training import MISTAKES, reference_train_vit
+from autograder.judging.judge import judge
+from autograder.judging.secret import SaltedSource, draw_inputs
+from autograder.questions import inputs as I
+
+Q = autograder.question("train_to_accuracy")
+CASE = Q.cases[0]
+P = CASE.params
+
+
+def _labels(source=None):
+    with I.using(source or I.PublicSource()):
+        return np.asarray(I.dataset("fashion-mnist", "test", P["test"], P["seed"] + 1, "labels"))
+
+
+def _data(predictions, seconds=50.0):
+    return {"qid": Q.id, "cases": [{"outputs": {"predictions": np.asarray(predictions, dtype=np.int64),
+                                                "train_seconds": np.float64(seconds)}}]}
+
+
+def test_the_subsets_are_real_fashion_mnist_and_depend_on_the_runs_secret():
+    public = draw_inputs(Q, I.PublicSource())
+    salted = draw_inputs(Q, SaltedSource(12345))
+    assert sorted(public) == sorted(salted)
+    images = next(v for k, v in public.items() if "'train'" not in k and "images" in k and "10000" in k)
+    assert images.shape == (P["train"], 1, 28, 28) and images.dtype == np.uint8 and images.max() > 200
+    labels = next(v for k, v in public.items() if "labels" in k)
+    assert labels.shape == (P["train"],) and set(np.unique(labels)) == set(range(10))
+    for key in public:
+        assert not np.array_equal(public[key], salted[key]), key      # another subset in every grading run
+    # the held-out labels are not among what the student's process receives
+    assert not any("labels" in k and str(P["test"]) in k for k in public)
+    assert not np.array_equal(_labels(), _labels(SaltedSource(12345)))
+
+
+def test_images_and_labels_of_a_subset_are_the_same_examples():
+    from vitref.data import load_tensors
+
+    images, labels = load_tensors("fashion-mnist", False)
+    with I.using(SaltedSource(7)):
+        got_images = I.dataset("fashion-mnist", "test", 50, 3, "images")
+        got_labels = I.dataset("fashion-mnist", "test", 50, 3, "labels")
+    for image, label in zip(got_images, got_labels):
+        match = np.flatnonzero((images.numpy() == image).all(axis=(1, 2, 3)))
+        assert len(match) >= 1 and label in labels.numpy()[match]
+
+
+def test_perfect_predictions_pass_with_the_accuracy_in_the_feedback():
+    result = judge(Q, _data(_labels()))
+    assert result.passed and result.score == Q.points
+    assert "accuracy 1.000 on 2,000 held-out images" in result.feedback
+
+
+def test_accuracy_threshold_is_applied_to_the_held_out_labels():
+    labels = _labels()
+    rng = np.random.default_rng(0)
+    for accuracy, passes in ((0.79, False), (0.81, True)):
+        predictions = labels.copy()
+        wrong = rng.choice(len(labels), size=int(round((1 - accuracy) * len(labels))), replace=False)
+        predictions[wrong] = (labels[wrong] + 1) % 10
+        result = judge(Q, _data(predictions))
+        assert result.passed is passes, result.feedback
+    assert f"accuracy {0.79:.3f}" in judge(Q, _data(np.where(np.arange(len(labels)) < 420,
+                                                             (labels + 1) % 10, labels))).feedback
+
+
+@pytest.mark.parametrize("key, predictions, seconds", [
+    ("overtime", "labels", 80.0),
+    ("one_class", "zeros", 50.0),
+    ("chance", "random", 50.0),
+    ("undertrained", "half", 50.0),
+])
+def test_each_mistake_is_named_from_the_predictions(key, predictions, seconds):
+    labels = _labels()
+    made = {"labels": labels, "zeros": np.zeros_like(labels),
+            "random": np.random.default_rng(1).integers(0, 10, size=len(labels)),
+            "half": np.where(np.arange(len(labels)) % 2 == 0, labels, (labels + 3) % 10)}[predictions]
+    result = judge(Q, _data(made, seconds))
+    assert not result.passed and result.mistake == key, result.feedback
+    mistake = next(m for m in MISTAKES if m.key == key)
+    assert mistake.title in result.feedback
+
+
+def test_a_wrong_number_of_predictions_is_explained():
+    result = judge(Q, _data(np.zeros(10, dtype=np.int64)))
+    assert not result.passed and "(10,) predictions for (2000,) held-out images" in result.feedback
+
+
+@pytest.mark.parametrize("mistake", [m for m in MISTAKES if m.key != "overtime"], ids=lambda m: m.key)
+def test_the_catalogues_quick_wrong_answers_are_rejected_and_named(mistake):
+    result = autograder.check(Q.id, mistake.build(None))
+    assert not result.passed and result.mistake == mistake.key, result.feedback
+
+
+def test_answers_that_do_not_return_a_classifier_are_explained():
+    def returns_nothing(images, labels, seconds=60):
+        return None
+
+    def floats_only(images, labels, seconds=60):
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))   # uint8 images fail in it
+
+    class Float(torch.nn.Module):
+        def forward(self, images):
+            return images.float()
+
+    def wrong_width(images, labels, seconds=60):
+        return torch.nn.Sequential(Float(), torch.nn.Flatten(), torch.nn.Linear(784, 7))
+
+    assert "should return the trained model (an nn.Module), got NoneType" in \
+        autograder.check(Q.id, returns_nothing).feedback
+    assert "it should return logits (B, 10) = (500, 10)" in autograder.check(Q.id, wrong_width).feedback
+    assert "convert them inside the model" in autograder.check(Q.id, floats_only).feedback
+
+
+def test_the_question_brings_its_own_time_and_runs_without_a_ban():
+    assert Q.seconds >= 1.5 * P["seconds"]
+    assert ban_groups([q.id for q in autograder.questions("09_training")]) == \
+        [((), ["train_to_accuracy", "concept_augmentation"])]
+    assert entry(Q.id).draw_answer is not None          # drawing the inputs never trains
+
+
+# --------------------------------------------------------------------------- a minute each
+
+@pytest.mark.slow
+def test_the_course_recipe_reaches_the_target_on_one_thread():
+    """The target is reachable as graded: vitref's ViT and the course's recipe, one thread,
+    within the question's seconds, on the grader's kind of subset (salted)."""
+    from autograder.student.probe import probe
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with I.using(SaltedSource(2024)):
+            start = time.monotonic()
+            data = probe(Q, reference_train_vit)        # check() would refuse it: it is built from vitref
+            took = time.monotonic() - start
+            result = judge(Q, data)
+    finally:
+        torch.set_num_threads(threads)
+    assert result.passed, result.feedback
+    assert took < P["seconds"] + 15
+
+
+@pytest.mark.slow
+def test_the_solution_passes_through_the_child_process_check(tmp_path):
+    """`python -m autograder check` on the solutions file: the child gets the images from the
+    parent (it cannot load datasets), the question's time is added to the budget."""
+    from pathlib import Path
+
+    from autograder.hosts.local import check_submission
+
+    solutions = Path(__file__).parent / "answers" / "solutions.py"
+    (result,), outcome = check_submission(solutions, [Q.id])
+    assert result.passed, (result.feedback, outcome.reason)
+    assert "held-out images after" in result.feedback
