@@ -105,3 +105,26 @@ def test_dropout_in_eval_mode_is_named_with_the_input():
     wrong = next(a for q, a, e in WRONG if q == "q7" and e == "dropout_always_on")
     result = autograder.check("q7", wrong)
     assert "eval mode" in result.feedback and "drop_p=0.5" in result.feedback
+
+
+def test_the_feed_forward_block_takes_hidden_dim():
+    """q7 builds FeedForwardBlock(E, hidden_dim=H) with H no multiple of E (vitref's signature, which
+    chapters 7 and 8 call as FeedForwardBlock(dim, hidden_dim=mlp_dim)): the solution passes."""
+    cases = [c for c in autograder.question("q7").cases if "hidden_dim" in c.params]
+    assert cases and all(c.params["hidden_dim"] % c.params["E"] for c in cases)
+    result = autograder.check("q7", S.FeedForwardBlock)
+    assert result.passed, result.feedback
+    assert S.FeedForwardBlock(6, hidden_dim=10)[0].out_features == 10
+
+
+@pytest.mark.parametrize("name", ["FFNBeforeHiddenDim", "FFNHiddenDimUnused", "FFNKwargsSwallowHiddenDim"])
+def test_an_answer_that_ignores_hidden_dim_is_rejected_and_named(name):
+    """The answer written before the exercise took hidden_dim (right on every other input) and answers
+    that take it without using it fail on the hidden_dim input only, named by the mistake."""
+    answer = next(a for q, a, e in WRONG if q == "q7" and a.__name__ == name)
+    result = autograder.check("q7", answer)
+    assert not result.passed and result.score == 0
+    assert result.mistake == "hidden_dim_ignored", result.feedback
+    assert "hidden_dim ignored" in result.feedback
+    assert "On input FeedForwardBlock(6, hidden_dim=10)" in result.feedback
+    assert "input sets fail" not in result.feedback, "only the hidden_dim input fails"

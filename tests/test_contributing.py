@@ -4,14 +4,20 @@ mistake or a training recipe that misses one of its files fails here, with what 
 from __future__ import annotations
 
 import ast
+import contextlib
 import dataclasses
 import importlib.metadata
 import inspect
+import io
+import json
 import re
 import tomllib
 from pathlib import Path
 
 import pytest
+import torch
+from einops import rearrange
+from torch import nn
 
 import autograder
 import vitref
@@ -161,6 +167,37 @@ def test_contract_signatures_keep_their_names():
     for cls in (vitref.FeedForwardBlock, vitref.TransformerEncoderBlock):
         assert "drop_p" in _parameters(cls), cls.__name__
     assert "forward_drop_p" in _parameters(vitref.TransformerEncoderBlock)
+    assert _parameters(vitref.FeedForwardBlock) == ["emb_size", "expansion", "drop_p", "hidden_dim"]
+
+
+def _feed_forward_cells():
+    """(notebook, source) of every solutions cell that defines FeedForwardBlock."""
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "code" and "class FeedForwardBlock(" in source:
+                yield path.parent.name, source
+
+
+def test_the_notebooks_feed_forward_block_is_vitrefs():
+    """One signature for one concept: chapter 5's answer (Q7) and the block chapters 7 and 8 give
+    take vitref.FeedForwardBlock's parameters, with its defaults, layers and parameter names."""
+    found = dict(_feed_forward_cells())
+    assert {"05_blocks", "07_vit", "08_decoder"} <= set(found), sorted(found)
+    reference = vitref.FeedForwardBlock(6, hidden_dim=10)
+    wanted = [(p.name, p.default) for p in inspect.signature(vitref.FeedForwardBlock).parameters.values()]
+    for name, source in found.items():
+        namespace = {"torch": torch, "nn": nn, "rearrange": rearrange}
+        with contextlib.redirect_stdout(io.StringIO()):
+            exec(compile(source, name, "exec"), namespace)  # noqa: S102 - the course's own notebook cell
+        block = namespace["FeedForwardBlock"]
+        assert [(p.name, p.default) for p in inspect.signature(block).parameters.values()] == wanted, name
+        mine = block(6, hidden_dim=10)
+        assert [type(m) for m in mine.children()] == [type(m) for m in reference.children()], name
+        assert ([(k, tuple(v.shape)) for k, v in mine.state_dict().items()]
+                == [(k, tuple(v.shape)) for k, v in reference.state_dict().items()]), name
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):   # the width goes by name: hidden_dim=mlp_dim
+        assert not re.search(r"FeedForwardBlock\(\w+, mlp_dim", path.read_text(encoding="utf-8")), path.name
 
 
 # ------------------------------------------------------------------ the repository

@@ -13,12 +13,13 @@ Skeletons (the slides' Q6 and Q7)::
             return x
 
     class FeedForwardBlock(nn.Sequential):
-        def __init__(self, emb_size, expansion=4, drop_p=0.):
+        def __init__(self, emb_size, expansion=4, drop_p=0., hidden_dim=None):
+            hidden = hidden_dim or expansion * emb_size   # given: hidden_dim overrides expansion * emb_size
             super().__init__(
-                nn.Linear(...),          # Q7. emb_size -> expansion * emb_size
+                nn.Linear(...),          # Q7. emb_size -> hidden
                 nn.GELU(),
                 nn.Dropout(drop_p),
-                nn.Linear(...),          # Q7. expansion * emb_size -> emb_size
+                nn.Linear(...),          # Q7. hidden -> emb_size
             )
 
     class TransformerEncoderBlock(nn.Sequential):
@@ -29,7 +30,9 @@ Skeletons (the slides' Q6 and Q7)::
             )
 
 The checker builds ``TransformerEncoderBlock(emb_size=E, num_heads=h, forward_expansion=x)``:
-with the slides' ``**kwargs`` signature ``num_heads`` reaches the attention.
+with the slides' ``**kwargs`` signature ``num_heads`` reaches the attention. It builds
+``FeedForwardBlock(E, hidden_dim=H)`` too (the signature of ``vitref.FeedForwardBlock``, which
+chapters 7 and 8 call as ``FeedForwardBlock(dim, hidden_dim=mlp_dim)``).
 """
 from __future__ import annotations
 
@@ -148,13 +151,28 @@ Q7_CASES = [
                     {2: "B", 3: "N", 6: "emb_size", 12: "expansion*emb_size"},
                     [{"drop_p": 0.5, "train": False}, {"drop_p": 1.0, "train": True},
                      {"drop_p": 0.5, "train": True}]),
+    # hidden_dim overrides expansion * emb_size; 10 is no multiple of 6, so no expansion gives it
+    Case("FeedForwardBlock(6, hidden_dim=10), x (2, 3, 6)", {"E": 6, "expansion": None, "hidden_dim": 10,
+                                                             "x": (2, 3, 6), "seed": 95, "biases": True},
+         {2: "B", 3: "N", 6: "emb_size", 10: "hidden_dim"}),
 ]
+
+NO_HIDDEN_DIM = ("your FeedForwardBlock does not take the argument hidden_dim (TypeError: unexpected keyword "
+                 "argument 'hidden_dim'): its signature is FeedForwardBlock(emb_size, expansion=4, drop_p=0.0, "
+                 "hidden_dim=None), and hidden_dim, when given, is the hidden width")
 
 
 def _run_q7(answer, case, rec):
     p = case.params
     meta = {"train": bool(p.get("train")), "dtype": p.get("dtype")}
-    if p["expansion"] is None:
+    if "hidden_dim" in p:
+        try:
+            module = rec.build(answer, p["E"], hidden_dim=p["hidden_dim"], **meta)
+        except TypeError as error:
+            if "unexpected keyword argument 'hidden_dim'" not in str(error):
+                raise
+            raise CaseFailure(NO_HIDDEN_DIM) from None
+    elif p["expansion"] is None:
         module = rec.build(answer, p["E"], **meta)
     else:
         args, kwargs = (p["E"], p["expansion"]), {"emb_size": p["E"], "expansion": p["expansion"]}

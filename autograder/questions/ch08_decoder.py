@@ -27,7 +27,7 @@ Skeletons::
             self.norm2 = nn.LayerNorm(dim)
             self.cross_attn = CrossAttention(dim, num_heads, context_dim)
             self.norm3 = nn.LayerNorm(dim)
-            self.mlp = FeedForwardBlock(dim, ...)                # dim -> mlp_dim -> dim
+            self.mlp = FeedForwardBlock(dim, hidden_dim=mlp_dim)  # dim -> mlp_dim -> dim
 
         def forward(self, x, context, self_mask=None):
             # pre-LN: masked self-attention, cross-attention (keys/values from context), MLP;

@@ -141,16 +141,17 @@ class ResidualKwargsDict(_Residual):
 # =========================================================================== q7 FeedForwardBlock
 @right("q7")
 class FFNNamedSequential(nn.Sequential):
-    def __init__(self, emb_size, expansion=4, drop_p=0.0):
-        super().__init__(OrderedDict(fc1=nn.Linear(emb_size, emb_size * expansion), act=nn.GELU(),
-                                     drop=nn.Dropout(p=drop_p), fc2=nn.Linear(emb_size * expansion, emb_size)))
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        hidden = hidden_dim or emb_size * expansion
+        super().__init__(OrderedDict(fc1=nn.Linear(emb_size, hidden), act=nn.GELU(),
+                                     drop=nn.Dropout(p=drop_p), fc2=nn.Linear(hidden, emb_size)))
 
 
 @right("q7")
 class FFNExplicit(nn.Module):
-    def __init__(self, emb_size, expansion=4, drop_p=0.0):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
         super().__init__()
-        hidden = int(expansion * emb_size)
+        hidden = int(expansion * emb_size) if hidden_dim is None else hidden_dim
         self.lin1 = nn.Linear(emb_size, hidden)
         self.act = nn.GELU()
         self.dropout = nn.Dropout(drop_p)
@@ -164,8 +165,8 @@ class FFNExplicit(nn.Module):
 
 def _ffn(*layers):
     class FeedForwardBlock(nn.Sequential):
-        def __init__(self, emb_size, expansion=4, drop_p=0.0):
-            hidden = expansion * emb_size
+        def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+            hidden = hidden_dim or expansion * emb_size         # the notebook's given line
             made = {"up": lambda: nn.Linear(emb_size, hidden), "down": lambda: nn.Linear(hidden, emb_size),
                     "gelu": nn.GELU, "relu": nn.ReLU, "drop": lambda: nn.Dropout(drop_p),
                     "drop_default": nn.Dropout, "up4": lambda: nn.Linear(emb_size, 4 * emb_size),
@@ -193,9 +194,10 @@ WRONG += [
 
 @wrong("q7", "dropout_always_on")
 class FFNDropoutAlwaysOn(nn.Module):
-    def __init__(self, emb_size, expansion=4, drop_p=0.0):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
         super().__init__()
-        self.fc1, self.fc2 = nn.Linear(emb_size, expansion * emb_size), nn.Linear(expansion * emb_size, emb_size)
+        hidden = hidden_dim or expansion * emb_size
+        self.fc1, self.fc2 = nn.Linear(emb_size, hidden), nn.Linear(hidden, emb_size)
         self.drop_p = drop_p
 
     def forward(self, x):
@@ -204,10 +206,38 @@ class FFNDropoutAlwaysOn(nn.Module):
 
 @wrong("q7", says("frozen"))
 class FFNFrozen(nn.Sequential):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        hidden = hidden_dim or expansion * emb_size
+        super().__init__(nn.Linear(emb_size, hidden), nn.GELU(), nn.Dropout(drop_p), nn.Linear(hidden, emb_size))
+        self[0].weight.requires_grad_(False)
+
+
+# hidden_dim (FeedForwardBlock(emb_size, expansion=4, drop_p=0.0, hidden_dim=None), vitref's signature, which
+# chapters 7 and 8 call as FeedForwardBlock(dim, hidden_dim=mlp_dim)): the answer written before the exercise
+# took it, and answers that take it and never use it
+@wrong("q7", "hidden_dim_ignored")
+class FFNBeforeHiddenDim(nn.Sequential):
     def __init__(self, emb_size, expansion=4, drop_p=0.0):
         super().__init__(nn.Linear(emb_size, expansion * emb_size), nn.GELU(), nn.Dropout(drop_p),
                          nn.Linear(expansion * emb_size, emb_size))
-        self[0].weight.requires_grad_(False)
+
+
+@wrong("q7", "hidden_dim_ignored")
+class FFNHiddenDimUnused(nn.Module):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        super().__init__()
+        self.up, self.down = nn.Linear(emb_size, emb_size * expansion), nn.Linear(emb_size * expansion, emb_size)
+        self.drop = nn.Dropout(drop_p)
+
+    def forward(self, x):
+        return self.down(self.drop(F.gelu(self.up(x))))
+
+
+@wrong("q7", "hidden_dim_ignored")
+class FFNKwargsSwallowHiddenDim(nn.Sequential):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, **kwargs):
+        super().__init__(nn.Linear(emb_size, expansion * emb_size), nn.GELU(), nn.Dropout(drop_p),
+                         nn.Linear(expansion * emb_size, emb_size))
 
 
 # =========================================================================== q7b TransformerEncoderBlock
@@ -764,9 +794,10 @@ WRONG += [
 
 @right("q7")
 class FFNInplaceDropout(nn.Sequential):
-    def __init__(self, emb_size, expansion=4, drop_p=0.0):
-        super().__init__(nn.Linear(emb_size, expansion * emb_size), nn.GELU(), nn.Dropout(drop_p, inplace=True),
-                         nn.Linear(expansion * emb_size, emb_size))
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        hidden = hidden_dim if hidden_dim is not None else expansion * emb_size
+        super().__init__(nn.Linear(emb_size, hidden), nn.GELU(), nn.Dropout(drop_p, inplace=True),
+                         nn.Linear(hidden, emb_size))
 
 
 @right("q7b")

@@ -57,8 +57,11 @@ class MultiHeadAttention(nn.Module):
 
 
 class FeedForwardBlock(nn.Sequential):
-    def __init__(self, emb_size, hidden_dim):
-        super().__init__(nn.Linear(emb_size, hidden_dim), nn.GELU(), nn.Linear(hidden_dim, emb_size))
+    """The notebooks' given feed-forward block (chapters 7 and 8): vitref.FeedForwardBlock's signature."""
+
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        hidden = hidden_dim or expansion * emb_size
+        super().__init__(nn.Linear(emb_size, hidden), nn.GELU(), nn.Dropout(drop_p), nn.Linear(hidden, emb_size))
 
 
 class TransformerEncoderBlock(nn.Module):
@@ -67,7 +70,7 @@ class TransformerEncoderBlock(nn.Module):
         self.norm1 = nn.LayerNorm(dim)
         self.attn = MultiHeadAttention(dim, num_heads)
         self.norm2 = nn.LayerNorm(dim)
-        self.mlp = FeedForwardBlock(dim, mlp_dim)
+        self.mlp = FeedForwardBlock(dim, hidden_dim=mlp_dim)
 
     def forward(self, x, return_attention=False):
         attn_out, weights = self.attn(self.norm1(x), return_attention=True)
@@ -837,7 +840,7 @@ class _DecoderBase(nn.Module):
         self.norm2 = nn.LayerNorm(dim)
         self.cross_attn = self.cross(dim, num_heads, context_dim)
         self.norm3 = nn.LayerNorm(dim)
-        self.mlp = FeedForwardBlock(dim, mlp_dim)
+        self.mlp = FeedForwardBlock(dim, hidden_dim=mlp_dim)
 
 
 @right("decoder_block")

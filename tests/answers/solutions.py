@@ -114,12 +114,13 @@ class ResidualAdd(nn.Module):
 
 
 class FeedForwardBlock(nn.Sequential):
-    def __init__(self, emb_size, expansion=4, drop_p=0.0):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        hidden = hidden_dim or expansion * emb_size
         super().__init__(
-            nn.Linear(emb_size, expansion * emb_size),
+            nn.Linear(emb_size, hidden),
             nn.GELU(),
             nn.Dropout(drop_p),
-            nn.Linear(expansion * emb_size, emb_size),
+            nn.Linear(hidden, emb_size),
         )
 
 

@@ -325,10 +325,11 @@ class ResidualClone(nn.Module):
 # ----------------------------------------------------------------- q7
 @variant("q7")
 class FFNModule(nn.Module):
-    def __init__(self, emb_size, expansion=4, drop_p=0.0):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
         super().__init__()
-        self.fc1 = nn.Linear(emb_size, expansion * emb_size)
-        self.fc2 = nn.Linear(expansion * emb_size, emb_size)
+        hidden = expansion * emb_size if hidden_dim is None else hidden_dim
+        self.fc1 = nn.Linear(emb_size, hidden)
+        self.fc2 = nn.Linear(hidden, emb_size)
         self.drop = nn.Dropout(drop_p)
 
     def forward(self, x):
@@ -337,9 +338,9 @@ class FFNModule(nn.Module):
 
 @variant("q7")
 class FFNFunctionalDropout(nn.Module):
-    def __init__(self, emb_size, expansion=4, drop_p=0.0):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
         super().__init__()
-        hidden = emb_size * expansion
+        hidden = hidden_dim if hidden_dim else emb_size * expansion
         self.up, self.down, self.drop_p = nn.Linear(emb_size, hidden), nn.Linear(hidden, emb_size), drop_p
 
     def forward(self, x):

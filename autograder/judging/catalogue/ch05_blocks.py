@@ -80,12 +80,14 @@ class AlwaysDropout(nn.Module):
 
 
 def _ffn(hidden="expansion", activation="gelu", order="normal", dropout="normal", bias=True):
-    """A wrong feed-forward block; ``dropout``: where (and which) dropout it has."""
+    """A wrong feed-forward block with the exercise's signature; ``hidden``: the hidden width
+    (``"expansion"``: the given ``hidden_dim or expansion * emb_size``, right; ``"ignores_hidden_dim"``:
+    always ``expansion * emb_size``); ``dropout``: where (and which) dropout it has."""
     def build(parts):
         class FeedForwardBlock(nn.Sequential):
-            def __init__(self, emb_size, expansion=4, drop_p=0.0):
-                width = {"expansion": expansion * emb_size, "none": emb_size, "four": 4 * emb_size,
-                         "bare": expansion}[hidden]
+            def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+                width = {"expansion": hidden_dim or expansion * emb_size, "ignores_hidden_dim": expansion * emb_size,
+                         "none": emb_size, "four": 4 * emb_size, "bare": expansion}[hidden]
                 act = {"gelu": nn.GELU(), "relu": nn.ReLU(), "tanh": nn.GELU(approximate="tanh"),
                        None: nn.Identity()}[activation]
                 up, down = nn.Linear(emb_size, width, bias=bias), nn.Linear(width, emb_size, bias=bias)
@@ -102,16 +104,27 @@ def _ffn(hidden="expansion", activation="gelu", order="normal", dropout="normal"
     return build
 
 
+def _ffn_without_hidden_dim(parts):
+    """The answer to the exercise before it took hidden_dim: FeedForwardBlock(emb_size, expansion=4, drop_p=0.0)."""
+    class FeedForwardBlock(nn.Sequential):
+        def __init__(self, emb_size, expansion=4, drop_p=0.0):
+            super().__init__(nn.Linear(emb_size, expansion * emb_size), nn.GELU(), nn.Dropout(drop_p),
+                             nn.Linear(expansion * emb_size, emb_size))
+    return FeedForwardBlock
+
+
 Q7_MISTAKES = [
     Mistake("relu", "ReLU instead of GELU",
             "The ViT feed-forward block uses nn.GELU() between the two linear layers.", _ffn(activation="relu")),
     Mistake("gelu_tanh", "GELU with the tanh approximation",
             "Use the exact nn.GELU() (erf form), as in the slides.", _ffn(activation="tanh")),
     Mistake("no_expansion", "the hidden layer is not expanded",
-            "The first linear layer maps emb_size -> expansion * emb_size, the second back to emb_size.",
+            "The first linear layer maps emb_size -> hidden (expansion * emb_size, or hidden_dim when given), the "
+            "second back to emb_size.",
             _ffn(hidden="none")),
     Mistake("expansion_hardcoded", "expansion fixed at 4",
-            "Use the expansion argument: nn.Linear(emb_size, expansion * emb_size).", _ffn(hidden="four")),
+            "Use the expansion argument: hidden = hidden_dim or expansion * emb_size, then nn.Linear(emb_size, "
+            "hidden).", _ffn(hidden="four")),
     Mistake("hidden_is_expansion", "hidden layer of size expansion instead of expansion * emb_size",
             "The hidden width is expansion * emb_size (e.g. 4 * 768 = 3072), not expansion.", _ffn(hidden="bare")),
     Mistake("no_activation", "no activation between the linear layers",
@@ -134,7 +147,12 @@ Q7_MISTAKES = [
             "F.dropout drops by default (training=True); use nn.Dropout(drop_p), or pass "
             "training=self.training.", _ffn(dropout="always_on")),
     Mistake("no_bias", "linear layers without bias (bias=False)",
-            "Keep nn.Linear's bias (the default): nn.Linear(emb_size, expansion * emb_size).", _ffn(bias=False)),
+            "Keep nn.Linear's bias (the default): nn.Linear(emb_size, hidden).", _ffn(bias=False)),
+    Mistake("hidden_dim_ignored", "hidden_dim ignored (not a parameter, or not used as the hidden width)",
+            "FeedForwardBlock(emb_size, expansion=4, drop_p=0.0, hidden_dim=None): when hidden_dim is given it is "
+            "the hidden width, instead of expansion * emb_size; use the given hidden = hidden_dim or "
+            "expansion * emb_size in both layers: nn.Linear(emb_size, hidden) and nn.Linear(hidden, emb_size).",
+            _ffn(hidden="ignores_hidden_dim"), also=(_ffn_without_hidden_dim,)),
 ]
 
 add('q7', references=lambda: [vitref().FeedForwardBlock], catalogue=Q7_MISTAKES, diagnose=diagnosis(dropout_rule))
@@ -258,7 +276,9 @@ BLOCK_MISTAKES = [
     # the feed-forward block's own mistakes (Q7), seen through the encoder block
     *(Mistake(f"ffn_{m.key}", f"in your FeedForwardBlock: {m.title}", m.hint, _encoder_block("ffn", m.build),
               _BLOCK_PARTS) for m in Q7_MISTAKES
-      if m.key != "no_dropout"),   # the same block as forward_drop_p_not_passed
+      # no_dropout: the same block as forward_drop_p_not_passed; hidden_dim_ignored: the encoder block never
+      # passes hidden_dim, so that block is right
+      if m.key not in ("no_dropout", "hidden_dim_ignored")),
 ]
 
 _VITREF_PARTS = parts(MultiHeadAttention=lambda: vitref().MultiHeadAttention,
