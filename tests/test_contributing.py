@@ -168,6 +168,12 @@ def test_contract_signatures_keep_their_names():
         assert "drop_p" in _parameters(cls), cls.__name__
     assert "forward_drop_p" in _parameters(vitref.TransformerEncoderBlock)
     assert _parameters(vitref.FeedForwardBlock) == ["emb_size", "expansion", "drop_p", "hidden_dim"]
+    # chapter 8's exercise (kv_cache): what generation adds (dropout, key_mask) comes after, with defaults
+    init = inspect.signature(vitref.CachedSelfAttention).parameters
+    forward = inspect.signature(vitref.CachedSelfAttention.forward).parameters
+    assert list(init)[:2] == ["emb_size", "num_heads"] and list(forward)[:3] == ["self", "x", "cache"]
+    added = list(init.values())[2:] + list(forward.values())[3:]
+    assert all(p.default is not inspect.Parameter.empty for p in added), added
 
 
 def _feed_forward_cells():

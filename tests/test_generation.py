@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import vitref
 from vitref.generation import (
     BigramLM,
     DecoderOnlyLM,
@@ -192,10 +193,97 @@ def test_bad_inputs_are_clear_errors():
         sample_next(torch.zeros(1, 3), top_k=0)
     with pytest.raises(ValueError, match="num_beams must be >= 1"):
         beam_search(model, [1], 0, 3)
-    with pytest.raises(ValueError, match="do not fit the cached keys"):
-        cache = KVCache(1)
-        cache.update(0, torch.zeros(2, 2, 3, 4), torch.zeros(2, 2, 3, 4))
-        cache.update(0, torch.zeros(3, 2, 1, 4), torch.zeros(3, 2, 1, 4))
+    cache = model.new_cache()
+    model(torch.ones(2, 3, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match=r"cached keys \(2, 2, 3, 8\) do not fit the new keys \(B, h, T, d\) = "
+                                         r"\(3, 2, 1, 8\)"):
+        model(torch.ones(3, 1, dtype=torch.long), cache=cache)
+
+
+# ---------------------------------------------------------------- the attention layer and KVCache
+
+# DecoderOnlyLM(13, 40, dim=16, depth=2, num_heads=2)'s parameters as named before its attention
+# became vitref.CachedSelfAttention (it was generation.CausalSelfAttention): checkpoints keep loading.
+NAMES_BEFORE_THE_MERGE = {
+    "token_embed.weight": (13, 16), "pos_embed.weight": (40, 16),
+    **{f"blocks.{i}.{name}": shape for i in range(2) for name, shape in {
+        "norm1.weight": (16,), "norm1.bias": (16,),
+        "attn.qkv.weight": (48, 16), "attn.qkv.bias": (48,),
+        "attn.projection.weight": (16, 16), "attn.projection.bias": (16,),
+        "norm2.weight": (16,), "norm2.bias": (16,),
+        "mlp.0.weight": (64, 16), "mlp.0.bias": (64,), "mlp.3.weight": (16, 64), "mlp.3.bias": (16,),
+    }.items()},
+    "norm.weight": (16,), "norm.bias": (16,), "head.weight": (13, 16), "head.bias": (13,),
+}
+
+
+def test_a_state_dict_from_before_the_merge_still_loads():
+    g = torch.Generator().manual_seed(0)
+    old = {name: torch.randn(shape, generator=g, dtype=torch.float64) * 0.3
+           for name, shape in NAMES_BEFORE_THE_MERGE.items()}
+    model = DecoderOnlyLM(V, 40, dim=16, depth=2, num_heads=2).double().eval()
+    model.load_state_dict(old, strict=True)
+    assert {k: tuple(v.shape) for k, v in model.state_dict().items()} == NAMES_BEFORE_THE_MERGE
+    seq = torch.tensor([3, 1, 4, 1, 5, 9, 2, 6])
+    torch.testing.assert_close(model(seq[None])[0], reference_logits(model, seq))
+
+
+def test_the_model_attends_with_the_exercise_class():
+    model = random_lm()
+    assert all(type(block.attn) is vitref.CachedSelfAttention for block in model.blocks)
+    assert not hasattr(vitref.generation, "CausalSelfAttention")
+
+
+def test_key_mask_hides_padding_and_a_query_that_sees_nothing_gets_zeros():
+    torch.manual_seed(0)
+    attn = vitref.CachedSelfAttention(8, 2).double()
+    x = torch.randn(2, 5, 8, dtype=torch.float64)
+    key_mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])          # row 0: two pads on the left
+    out, (k, v) = attn(x, key_mask=key_mask)
+    assert k.shape == v.shape == (2, 2, 5, 4)                          # (B, h, T, d)
+    assert torch.isfinite(out).all()
+    # pads see nothing: zero attention, so the output is the projection's bias
+    torch.testing.assert_close(out[0, :2], attn.projection.bias.expand(2, 8))
+    # the real tokens of row 0 get the outputs of the row without its pads, and an all-real mask changes nothing
+    torch.testing.assert_close(out[0, 2:], attn(x[:1, 2:])[0][0])
+    torch.testing.assert_close(out[1], attn(x[1:])[0][0])
+    # with a cache, the mask covers the cached and the new tokens
+    _, cache = attn(x[:, :3], key_mask=key_mask[:, :3])
+    step, _ = attn(x[:, 3:], cache, key_mask=key_mask)
+    torch.testing.assert_close(step, out[:, 3:])
+
+
+def test_attention_bad_inputs_name_the_shapes():
+    attn = vitref.CachedSelfAttention(8, 2)
+    x = torch.zeros(2, 3, 8)
+    with pytest.raises(ValueError, match=r"expected last dimension E = 8"):
+        attn(torch.zeros(2, 3, 6))
+    with pytest.raises(ValueError, match=r"expected a tensor of shape \(B, T, E\)"):
+        attn(torch.zeros(3, 8))
+    with pytest.raises(ValueError, match=r"key_mask must have shape \(B, S\+T\) = \(2, 5\): one entry per token, "
+                                         r"2 cached \+ 3 new; got \(2, 3\)"):
+        attn(x, (torch.zeros(2, 2, 2, 4), torch.zeros(2, 2, 2, 4)), key_mask=torch.ones(2, 3))
+    with pytest.raises(ValueError, match=r"cached values \(2, 2, 2, 3\) do not fit"):
+        attn(x, (torch.zeros(2, 2, 2, 4), torch.zeros(2, 2, 2, 3)))
+    with pytest.raises(TypeError, match="a pair \\(keys, values\\)"):
+        attn(x, torch.zeros(2, 2, 2, 4))
+
+
+def test_kv_cache_stores_what_each_layer_returns_and_reorders_rows():
+    cache = KVCache(2)
+    assert len(cache) == 0 and cache.layer(1) is None and cache.keys == (None, None) and cache.num_bytes() == 0
+    k, v = torch.arange(24.).view(3, 2, 1, 4), -torch.arange(24.).view(3, 2, 1, 4)   # (B, h, L, d)
+    cache.store(0, (k, v))
+    cache.store(1, (k + 1, v - 1))
+    assert len(cache) == 1 and cache.layer_length(1) == 1 and cache.num_bytes() == 4 * 24 * 4
+    cache.reorder(torch.tensor([2, 2, 0]))
+    assert torch.equal(cache.layer(0)[0], k[[2, 2, 0]]) and torch.equal(cache.values[1], (v - 1)[[2, 2, 0]])
+    with pytest.raises(ValueError, match="layer 2 out of range: the cache has 2 layers"):
+        cache.layer(2)
+    with pytest.raises(ValueError, match=r"keys \(3, 2, 1, 4\) and values \(3, 2, 2, 4\) must be \(B, h, L, d\)"):
+        cache.store(0, (k, torch.zeros(3, 2, 2, 4)))
+    with pytest.raises(TypeError, match="a pair"):
+        cache.store(0, k)
 
 
 # ---------------------------------------------------------------- sampling

@@ -4,7 +4,9 @@ A decoder-only language model (the GPT family) maps tokens ``(B, T)`` to next-to
 ``(B, T, V)``: position ``t`` predicts token ``t + 1`` from tokens ``0..t`` (causal mask).
 Generation appends one token at a time. Recomputing the whole prefix at every step repeats
 work: the keys and values of earlier positions never change (the causal mask keeps later
-tokens out of them), so a **KV cache** keeps them and each step runs only the new token.
+tokens out of them), so a **KV cache** keeps them and each step runs only the new token. The
+attention layer is :class:`vitref.kvcache.CachedSelfAttention` (chapter 8's exercise, with a key
+mask for padding); :class:`KVCache` holds the ``(keys, values)`` pair each layer returns.
 
 The model protocol used by :func:`generate` and :func:`beam_search`::
 
@@ -31,64 +33,86 @@ from typing import cast
 from dataclasses import dataclass
 
 import torch
-from einops import rearrange
 from torch import nn
 
-from ._checks import check_divisible, expect_dims, shape_str
-from .attention import scaled_dot_product_attention
+from ._checks import expect_dims, shape_str
 from .blocks import FeedForwardBlock
+from .kvcache import CachedSelfAttention
 
 
 # ------------------------------------------------------------------------------------ KV cache
 
 class KVCache:
-    """Keys and values of the positions processed so far, one ``(keys, values)`` pair per layer.
+    """The keys and values of the positions processed so far: one ``(keys, values)`` pair per layer.
 
-    ``keys[layer]`` and ``values[layer]`` have shape ``(B, h, L, d)`` (batch, heads, cached
-    positions, head dimension). :meth:`update` appends the new positions of a layer and
-    returns everything cached for it; :meth:`reorder` picks batch rows (beam search keeps
-    the cache of the beams it continues).
+    Each pair is what that layer's :class:`~vitref.kvcache.CachedSelfAttention` returned,
+    ``(B, h, L, d)`` each (batch, heads, cached positions, head dimension): the model reads it
+    with :meth:`layer` (``None`` while the layer has seen nothing), passes it to the layer, and
+    keeps what the layer returns (the old positions followed by the new ones) with :meth:`store`.
+    :meth:`reorder` picks batch rows (beam search keeps the cache of the beams it continues).
     """
 
     def __init__(self, num_layers: int):
         if num_layers < 0:
             raise ValueError(f"num_layers must be >= 0, got {num_layers}")
-        self.keys: list[torch.Tensor | None] = [None] * num_layers
-        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self._layers: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * num_layers
 
     def __len__(self) -> int:
         """Number of cached positions ``L`` (0 when empty)."""
-        return 0 if not self.keys or self.keys[0] is None else self.keys[0].shape[-2]
+        return self.layer_length(0) if self._layers else 0
+
+    @property
+    def num_layers(self) -> int:
+        return len(self._layers)
+
+    def _check_layer(self, layer: int) -> None:
+        if not 0 <= layer < len(self._layers):
+            raise ValueError(f"layer {layer} out of range: the cache has {len(self._layers)} layers")
+
+    def layer(self, layer: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The ``(keys, values)`` cached for layer ``layer``, ``(B, h, L, d)`` each, or ``None`` if empty."""
+        self._check_layer(layer)
+        return self._layers[layer]
 
     def layer_length(self, layer: int) -> int:
-        k = self.keys[layer]
-        return 0 if k is None else k.shape[-2]
+        """Number of positions cached for layer ``layer``."""
+        kv = self.layer(layer)
+        return 0 if kv is None else kv[0].shape[-2]
 
-    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor):
-        """Append ``k, v (B, h, T, d)`` to layer ``layer``; return all of it, ``(B, h, L + T, d)`` each."""
-        if not 0 <= layer < len(self.keys):
-            raise ValueError(f"layer {layer} out of range: the cache has {len(self.keys)} layers")
-        past_k, past_v = self.keys[layer], self.values[layer]
-        if past_k is not None and past_v is not None:
-            if past_k.shape[:2] != k.shape[:2] or past_k.shape[-1] != k.shape[-1]:
-                raise ValueError(
-                    f"new keys {shape_str(k.shape)} do not fit the cached keys {shape_str(past_k.shape)} of layer "
-                    f"{layer}: batch, heads and head dimension must agree")
-            k = torch.cat([past_k, k], dim=-2)                                # (B, h, L + T, d)
-            v = torch.cat([past_v, v], dim=-2)
-        self.keys[layer], self.values[layer] = k, v
-        return k, v
+    def store(self, layer: int, kv) -> None:
+        """Keep ``kv = (keys, values)``, ``(B, h, L, d)`` each, as layer ``layer``'s cache (replacing the old one:
+        a layer returns the cached positions followed by the new ones)."""
+        self._check_layer(layer)
+        if not isinstance(kv, (tuple, list)) or len(kv) != 2:
+            raise TypeError(f"store expects a pair (keys, values), got {type(kv).__name__}")
+        k, v = kv
+        if not (isinstance(k, torch.Tensor) and isinstance(v, torch.Tensor)):
+            raise TypeError(f"store expects tensors (keys, values), got ({type(k).__name__}, {type(v).__name__})")
+        if k.dim() != 4 or v.dim() != 4 or k.shape[:3] != v.shape[:3]:
+            raise ValueError(f"keys {shape_str(k.shape)} and values {shape_str(v.shape)} must be (B, h, L, d) "
+                             "with the same batch, heads and length")
+        self._layers[layer] = (k, v)
+
+    @property
+    def keys(self) -> tuple:
+        """Each layer's cached keys ``(B, h, L, d)`` (``None`` for an empty layer); read-only."""
+        return tuple(None if kv is None else kv[0] for kv in self._layers)
+
+    @property
+    def values(self) -> tuple:
+        """Each layer's cached values ``(B, h, L, d)`` (``None`` for an empty layer); read-only."""
+        return tuple(None if kv is None else kv[1] for kv in self._layers)
 
     def reorder(self, index: torch.Tensor) -> None:
         """Keep batch rows ``index`` (a 1-D long tensor; rows may repeat), in every layer."""
-        for layer, (k, v) in enumerate(zip(self.keys, self.values)):
-            if k is not None and v is not None:
-                self.keys[layer] = k.index_select(0, index.to(k.device))
-                self.values[layer] = v.index_select(0, index.to(v.device))
+        for layer, kv in enumerate(self._layers):
+            if kv is not None:
+                k, v = kv
+                self._layers[layer] = (k.index_select(0, index.to(k.device)), v.index_select(0, index.to(v.device)))
 
     def num_bytes(self) -> int:
         """Memory held by the cached tensors."""
-        return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
+        return sum(t.numel() * t.element_size() for kv in self._layers if kv is not None for t in kv)
 
 
 # ------------------------------------------------------------------------------ the model
@@ -101,64 +125,29 @@ def _check_mask(attention_mask: torch.Tensor, batch: int, length: int) -> torch.
     return attention_mask if attention_mask.dtype == torch.bool else attention_mask != 0
 
 
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention that can read and extend a :class:`KVCache`.
-
-    ``forward(x (B, T, D), key_mask=None | (B, L), cache=None, layer=0) -> (B, T, D)``.
-    With a cache holding ``P`` positions, the ``T`` new queries sit at positions ``P..P+T-1``
-    and attend to all ``L = P + T`` keys up to their own position. ``key_mask`` (True = real
-    token) hides padded keys; a query that can see no key at all (a padding position at the
-    start of a left-padded row) gets a zero output, never NaN (:func:`~vitref.attention.softmax`).
-    The fused ``qkv`` layout ``(qkv h d)`` is that of :class:`~vitref.multihead.MultiHeadAttention`.
-    """
-
-    def __init__(self, dim: int, num_heads: int, dropout: float = 0.0):
-        super().__init__()
-        self.head_dim = check_divisible(dim, num_heads)
-        self.dim, self.num_heads = dim, num_heads
-        self.qkv = nn.Linear(dim, 3 * dim)
-        self.projection = nn.Linear(dim, dim)
-        self.dropout = nn.Dropout(dropout)
-
-    def forward(self, x, key_mask=None, cache: KVCache | None = None, layer: int = 0):
-        q, k, v = rearrange(self.qkv(x), "b t (qkv h d) -> qkv b h t d", qkv=3, h=self.num_heads)  # (B, h, T, d)
-        past = 0
-        if cache is not None:
-            past = cache.layer_length(layer)
-            k, v = cache.update(layer, k, v)                                  # (B, h, L, d), L = past + T
-        T, L = q.shape[-2], k.shape[-2]
-        # query t is position past + t: it may see keys s <= past + t
-        allowed = torch.ones(T, L, dtype=torch.bool, device=x.device).tril(diagonal=past)   # (T, L)
-        if key_mask is not None:
-            allowed = allowed & key_mask[:, None, None, :]                     # (B, 1, T, L)
-        if key_mask is None and cache is None:
-            # a plain causal pass (training): no row is ever fully blocked, PyTorch's fused softmax is safe
-            scores = (q @ k.transpose(-2, -1)) * self.head_dim ** -0.5           # (B, h, T, L)
-            out = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1) @ v
-        else:
-            out, _ = scaled_dot_product_attention(q, k, v, mask=allowed)      # (B, h, T, d)
-        return self.dropout(self.projection(rearrange(out, "b h t d -> b t (h d)")))   # (B, T, D)
-
-
 class DecoderOnlyBlock(nn.Module):
     """Pre-LN GPT block: ``x += Attn(LN(x))`` (causal, cached), then ``x += MLP(LN(x))``.
 
-    ``forward(x (B, T, D), key_mask=None, cache=None, layer=0) -> (B, T, D)``. Unlike
-    :class:`~vitref.decoder.DecoderBlock` there is no cross-attention: nothing to read but
-    the sequence itself.
+    ``forward(x (B, T, D), cache=None, key_mask=None) -> (x (B, T, D), (keys, values))``: the
+    protocol of its :class:`~vitref.kvcache.CachedSelfAttention` (``cache``: this layer's
+    ``(keys, values)``, each ``(B, h, S, d)``, or ``None``; ``key_mask (B, S+T)``, True = real
+    token), whose returned pair is the next call's cache. Unlike
+    :class:`~vitref.decoder.DecoderBlock` there is no cross-attention: nothing to read but the
+    sequence itself.
     """
 
     def __init__(self, dim: int, num_heads: int, mlp_dim: int | None = None, dropout: float = 0.0):
         super().__init__()
         self.norm1 = nn.LayerNorm(dim)
-        self.attn = CausalSelfAttention(dim, num_heads, dropout)
+        self.attn = CachedSelfAttention(dim, num_heads, dropout=dropout)
         self.norm2 = nn.LayerNorm(dim)
         self.mlp = FeedForwardBlock(dim, hidden_dim=mlp_dim or 4 * dim, drop_p=dropout)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, x, key_mask=None, cache: KVCache | None = None, layer: int = 0):
-        x = x + self.attn(self.norm1(x), key_mask, cache, layer)             # (B, T, D)
-        return x + self.dropout(self.mlp(self.norm2(x)))                    # (B, T, D)
+    def forward(self, x, cache=None, key_mask=None):
+        attended, kv = self.attn(self.norm1(x), cache, key_mask=key_mask)   # (B, T, D), (B, h, S+T, d) each
+        x = x + attended
+        return x + self.dropout(self.mlp(self.norm2(x))), kv                # (B, T, D)
 
 
 def positions_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -233,8 +222,14 @@ class DecoderOnlyLM(nn.Module):
             raise ValueError(f"position_ids must have the shape of tokens {shape_str(tokens.shape)}, "
                              f"got {shape_str(position_ids.shape)}")
         x = self.token_embed(tokens) + self.pos_embed(position_ids)                      # (B, T, D)
+        if cache is not None and key_mask is None:
+            # cached decoding masks keys explicitly (all real here), so that every pass, the first one
+            # too (its layers see no cache yet), takes the attention's general path, not the training one
+            key_mask = torch.ones(B, past + T, dtype=torch.bool, device=tokens.device)     # (B, L)
         for layer, block in enumerate(self.blocks):
-            x = block(x, key_mask, cache, layer)                                          # (B, T, D)
+            x, kv = block(x, None if cache is None else cache.layer(layer), key_mask)       # (B, T, D)
+            if cache is not None:
+                cache.store(layer, kv)                                                    # (B, h, L, d) each
         return self.head(self.norm(x))                                                    # (B, T, V)
 
 
@@ -459,6 +454,6 @@ def beam_search(model, prompt, num_beams: int, max_new_tokens: int, *, eos_id: i
 
 
 __all__ = [
-    "KVCache", "CausalSelfAttention", "DecoderOnlyBlock", "DecoderOnlyLM", "BigramLM", "positions_from_mask",
+    "KVCache", "DecoderOnlyBlock", "DecoderOnlyLM", "BigramLM", "positions_from_mask",
     "pad_batch", "sample_next", "generate", "Generation", "beam_search", "Hypothesis",
 ]
