@@ -1,6 +1,7 @@
 """Throughput of ``python -m autograder grade`` on a synthetic class.
 
-    python -m bench.grading                      # 100 students x all assignments, all cores
+    python -m bench.grading                      # 100 students x the 8 quick assignments, all cores
+    python -m bench.grading --students 4 --assignment 09_training   # the training assignment
     python -m bench.grading --students 20 --jobs 2 --keep /tmp/class
 
 The class is made from the course's own notebooks: per assignment, 60% of the students hand
@@ -135,6 +136,15 @@ def build_class(root: Path, students: int, assignments: list[str], seed: int = 0
     return kinds
 
 
+def default_assignments() -> list[str]:
+    """Every solutions/<a>/ but the training assignments (a question with its own time budget,
+    Question.seconds: a minute of training per notebook, timed apart with --assignment)."""
+    import autograder
+
+    names = sorted(p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
+    return [a for a in names if not any(q.seconds for q in autograder.questions(a))]
+
+
 def _cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
@@ -148,15 +158,15 @@ def main(argv=None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, default=100)
     parser.add_argument("--assignment", action="append", default=[],
-                        help="only these assignments (default: every solutions/<a>/)")
+                        help="only these assignments (default: every solutions/<a>/ without a training "
+                             "question)")
     parser.add_argument("--jobs", type=int, default=0, help="grading jobs (default: all cores)")
     parser.add_argument("--timeout", type=float, default=None,
                         help="per-submission limit passed to the command (default: its own)")
     parser.add_argument("--keep", help="build the class in this folder and keep it")
     args = parser.parse_args(argv)
 
-    assignments = args.assignment or sorted(
-        p.name for p in (ROOT / "solutions").iterdir() if (p / f"{p.name}.ipynb").is_file())
+    assignments = args.assignment or default_assignments()
     tmp = None
     if args.keep:
         root = Path(args.keep)

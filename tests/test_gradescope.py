@@ -183,3 +183,18 @@ def test_assignment_detected_from_the_notebook_name(tmp_path, zip_path):
     assert gradescope.detect_assignment(tmp_path / "sub") == "05_blocks"
     (tmp_path / "none").mkdir()
     assert gradescope.detect_assignment(tmp_path / "none") is None
+
+
+def test_a_training_assignments_zip_fetches_its_data_at_setup(tmp_path, zip_path):
+    """09_training's grader draws Fashion-MNIST images: its image gets torchvision and the data
+    when Gradescope builds it; an assignment without a training question gets neither."""
+    import zipfile
+
+    from autograder.instructor.gradescope import build
+
+    training = zipfile.ZipFile(build("09_training", out=tmp_path / "09.zip"))
+    plain = zipfile.ZipFile(zip_path)
+    assert "torchvision" in training.read("requirements-gradescope.txt").decode().split()
+    assert "load_tensors('fashion-mnist'" in training.read("setup.sh").decode()
+    assert "torchvision" not in plain.read("requirements-gradescope.txt").decode()
+    assert "fashion-mnist" not in plain.read("setup.sh").decode()

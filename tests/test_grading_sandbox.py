@@ -91,12 +91,22 @@ RESULT = out
     assert "connected" not in data["result"], data
 
 
+# the datasets' own files (their labels would answer the training question's held-out images)
+DATA = [os.path.join(folder, name) for d in sandbox.data_dirs() for folder, _, files in os.walk(d)
+        for name in sorted(files)[:2]] + list(sandbox.data_dirs())
+
+
+def test_the_dataset_folders_exist_here():
+    """The premise of the next test: this machine has Fashion-MNIST where the sandbox must hide it."""
+    assert any(os.path.isfile(p) for p in DATA), DATA
+
+
 def test_course_and_grades_invisible(zygote):
     secret = zygote.secret
     r, data = run(zygote, f"""
 import os
 paths = {[str(REPO / 'solutions'), str(REPO / 'vitref'), str(REPO / 'autograder' / 'judging' / 'judge.py'),
-          str(secret / 'gradebook.db'), str(REPO / 'nbgrader_config.py')]!r}
+          str(secret / 'gradebook.db'), str(REPO / 'nbgrader_config.py')] + list(DATA)!r}
 seen = {{}}
 for p in paths:
     try:

@@ -62,6 +62,20 @@ def test_images_and_labels_of_a_subset_are_the_same_examples():
         assert len(match) >= 1 and label in labels.numpy()[match]
 
 
+def test_held_out_images_are_the_labelled_examples_with_noise_no_stored_copy_matches():
+    from vitref.data import load_tensors
+
+    stored, stored_labels = (t.numpy() for t in load_tensors("fashion-mnist", False))
+    with I.using(SaltedSource(11)):
+        held_out = I.dataset("fashion-mnist", "test", 40, 5, "images", noise=P["noise"])
+        labels = I.dataset("fashion-mnist", "test", 40, 5, "labels")
+    for image, label in zip(held_out, labels):
+        distance = np.abs(stored.astype(np.int16) - image.astype(np.int16)).max(axis=(1, 2, 3))
+        assert distance.min() >= 1                      # no stored image equals it byte for byte
+        nearest = np.flatnonzero(distance <= P["noise"])
+        assert len(nearest) >= 1 and label in stored_labels[nearest]
+
+
 def test_perfect_predictions_pass_with_the_accuracy_in_the_feedback():
     result = judge(Q, _data(_labels()))
     assert result.passed and result.score == Q.points

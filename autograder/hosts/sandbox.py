@@ -345,6 +345,20 @@ def plain_command(bundle: Path, preload: list[str], payload: str) -> list[str]:
 
 # ------------------------------------------------------------------------ zygote
 
+def data_dirs() -> tuple[str, ...]:
+    """Folders that hold the datasets the training questions draw from (Debian's, ``$VITREF_DATA``,
+    vitref's download cache): hidden from student code, whose held-out images would otherwise be
+    answered by the dataset's own label files."""
+    dirs = ["/usr/share/datasets", os.environ.get("VITREF_DATA", "")]
+    try:
+        from vitref.data import cache_dir
+
+        dirs.append(str(cache_dir()))
+    except Exception:  # noqa: BLE001 - no vitref (a bare grading install): nothing cached to hide
+        pass
+    return tuple(d for d in dict.fromkeys(dirs) if d and os.path.isdir(d))
+
+
 class SandboxError(RuntimeError):
     pass
 
@@ -366,7 +380,7 @@ class Zygote:
         if preload_checks:
             self.preload += [m for m in bundle_modules() if m not in preload]
         self.payload = payload
-        self.hide = tuple(str(h) for h in hide)
+        self.hide = tuple(dict.fromkeys([str(h) for h in hide] + list(data_dirs())))
         self.start_timeout = start_timeout
         self.mode = sandbox_mode or mode()
         self.proc: subprocess.Popen | None = None

@@ -76,6 +76,13 @@ chmod -R a+rX {VENV}
 {VENV}/bin/python -c "import torch, numpy, einops; print('torch', torch.__version__)"
 """
 
+# For an assignment with a training question: the grader draws its images from Fashion-MNIST,
+# fetched once here into root's cache (hidden from the student's sandbox like every dataset folder).
+DATA_SETUP = f"""
+PYTHONPATH=/autograder/source {VENV}/bin/python -c \\
+    "from vitref.data import load_tensors; [load_tensors('fashion-mnist', t) for t in (True, False)]"
+"""
+
 RUN_AUTOGRADER = f"""#!/usr/bin/env bash
 # Gradescope runs this for each submission. AUTOGRADER_ROOT / AUTOGRADER_PYTHON: to run it
 # on a copy of the /autograder tree elsewhere (the tests do).
@@ -119,10 +126,12 @@ def build(assignment: str, out: Path | None = None, repo: Path | None = None,
         zf.writestr(info, data)
 
     with zipfile.ZipFile(tmp, "w") as zf:
-        add(zf, "setup.sh", SETUP_SH.encode(), executable=True)
+        trains = any(q.seconds for q in questions)          # a training question: the data, torchvision
+        add(zf, "setup.sh", (SETUP_SH + (DATA_SETUP if trains else "")).encode(), executable=True)
         add(zf, "run_autograder", RUN_AUTOGRADER.encode(), executable=True)
         add(zf, "config.json", (json.dumps(config, indent=1) + "\n").encode())
-        add(zf, "requirements-gradescope.txt", ("\n".join(REQUIREMENTS) + "\n").encode())
+        requirements = REQUIREMENTS + (["torchvision"] if trains else [])
+        add(zf, "requirements-gradescope.txt", ("\n".join(requirements) + "\n").encode())
         for package in ("autograder", "vitref"):
             for path in _package_files(repo, package):
                 add(zf, str(path.relative_to(repo)), path.read_bytes())

@@ -8,7 +8,9 @@ returns the trained ``nn.Module``, which maps such images ``(B, 1, 28, 28)`` to 
 gradients, on 2,000 held-out test images and records its predicted classes.
 
 The labels of the held-out images never enter the student's process: the grader draws the
-same subset on its side and computes the accuracy there
+same subset on its side and computes the accuracy there. The held-out images carry a little
+noise (up to 2 grey levels a pixel), so that no copy of the public dataset matches them byte
+for byte, and the grading sandbox hides the dataset's folders
 (:mod:`autograder.judging.catalogue.ch09_training`). Which images are drawn depends on the
 grading run's secret; the student's own check draws a public subset.
 """
@@ -61,7 +63,8 @@ def _run(answer, case, rec):
     train = ("fashion-mnist", "train", p["train"], p["seed"])
     images = rec.tensor(I.dataset(*train, "images"))                             # (N, 1, 28, 28) uint8
     labels = rec.tensor(I.dataset(*train, "labels"))                             # (N,) int64
-    test_images = rec.tensor(I.dataset("fashion-mnist", "test", p["test"], p["seed"] + 1, "images"))
+    test_images = rec.tensor(I.dataset("fashion-mnist", "test", p["test"], p["seed"] + 1, "images",
+                                       noise=p["noise"]))                         # (M, 1, 28, 28) uint8
     start = time.monotonic()
     model = rec.call(answer, images, labels, p["seconds"])
     rec.output("train_seconds", float(time.monotonic() - start))
@@ -71,7 +74,7 @@ def _run(answer, case, rec):
 CASES = [Case(
     "train_vit(10,000 Fashion-MNIST training images (10000, 1, 28, 28) uint8, their labels (10000,), "
     "seconds=60), then its predictions on 2,000 held-out test images",
-    {"train": 10_000, "test": 2_000, "seconds": 60, "seed": 901, "accuracy": 0.80},
+    {"train": 10_000, "test": 2_000, "seconds": 60, "seed": 901, "accuracy": 0.80, "noise": 2},
 )]
 
 register(Question(

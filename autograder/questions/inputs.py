@@ -137,14 +137,16 @@ def register_dataset(name: str, loader) -> None:
     _DATASETS[name] = loader
 
 
-def dataset(name: str, split: str, count: int, seed: int, part: str) -> np.ndarray:
+def dataset(name: str, split: str, count: int, seed: int, part: str, noise: int = 0) -> np.ndarray:
     """``count`` examples of ``name``'s ``split`` ("train" or "test"), a random subset without
     repeats chosen by the seed: their ``part`` ("images": uint8 (count, C, H, W); "labels":
-    int64 (count,)). The two parts of one (split, count, seed) are the same examples."""
+    int64 (count,)). The two parts of one (split, count, seed) are the same examples.
+    ``noise``: each pixel of the images moves by up to that many grey levels, at random (held-out
+    images then match no stored copy of the dataset byte for byte)."""
     if split not in ("train", "test") or part not in ("images", "labels"):
         raise ValueError(f"dataset split must be 'train' or 'test' and part 'images' or 'labels', "
                          f"got {split!r} and {part!r}")
-    key = ("dataset", 6 if split == "train" else 7, int(seed), str(name), int(count), part)
+    key = ("dataset", 6 if split == "train" else 7, int(seed), str(name), int(count), part, int(noise))
 
     def make(rng):
         loader = _DATASETS.get(name)
@@ -155,7 +157,12 @@ def dataset(name: str, split: str, count: int, seed: int, part: str) -> np.ndarr
         if count > len(labels):
             raise ValueError(f"{name} {split} has {len(labels)} examples, fewer than the {count} asked for")
         index = np.sort(rng.choice(len(labels), size=int(count), replace=False))
-        chosen = images[index] if part == "images" else labels[index]
+        if part == "labels":
+            return np.ascontiguousarray(labels[index])
+        chosen = images[index]
+        if noise:
+            shift = rng.integers(-int(noise), int(noise) + 1, size=chosen.shape)
+            chosen = np.clip(chosen.astype(np.int16) + shift, 0, 255).astype(np.uint8)
         return np.ascontiguousarray(chosen)
 
     return _SOURCE.draw(key, make)
