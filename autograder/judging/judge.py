@@ -7,6 +7,8 @@ reference and every catalogue variant is computed here, in float64.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -502,6 +504,43 @@ def _compare_outputs(question: Question, case: Case, got: dict, expected: dict) 
         if message:
             return message
     return None
+
+
+@dataclass
+class CaseRow:
+    """One case of a probe, judged the judge's way (for the catalogues' diagnoses).
+
+    ``status``: "ok" (a reference matches), "error" (the answer raised: ``detail`` is the error),
+    "property" (a property failed: ``detail`` is the sentence), "structure" (the parameters fit
+    no reference) or "differs"; ``references``: the acceptable reference outputs (cached)."""
+
+    index: int
+    case: Case
+    student: dict
+    status: str
+    detail: Any = None
+    references: list = field(default_factory=list)
+
+
+def case_rows(question: Question, data: dict) -> list[CaseRow]:
+    """Every case of ``data`` as a :class:`CaseRow`: the one loop the diagnoses share."""
+    rows = []
+    for index, (case, student) in enumerate(zip(question.cases, data.get("cases") or [])):
+        if student.get("error"):
+            rows.append(CaseRow(index, case, student, "error", student["error"]))
+            continue
+        prop = property_problem(question, case, student)
+        if prop:
+            rows.append(CaseRow(index, case, student, "property", prop))
+            continue
+        references, _ = reference_outputs(question, index, student, verify=False)
+        if not references:
+            rows.append(CaseRow(index, case, student, "structure"))
+            continue
+        got = student.get("outputs") or {}
+        matched = any(_compare_outputs(question, case, got, r) is None for r in references)
+        rows.append(CaseRow(index, case, student, "ok" if matched else "differs", None, references))
+    return rows
 
 
 def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> Result:

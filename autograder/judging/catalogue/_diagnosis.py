@@ -17,29 +17,22 @@ import numpy as np
 def case_status(question, data) -> list:
     """Per case: (kind, detail); kind is "ok", "error", "property" (detail: the sentence),
     "structure", "grad" (only gradients differ; detail: the reference) or "output"."""
-    from ..judge import _compare_outputs, property_problem, reference_outputs
+    from ..judge import _compare_outputs, case_rows
 
     status: list = []
-    for index, (case, got) in enumerate(zip(question.cases, data.get("cases") or [])):
-        if got.get("error"):
-            status.append(("error", got["error"]))
+    for row in case_rows(question, data):
+        if row.status in ("error", "property", "structure"):
+            status.append((row.status, row.detail))
             continue
-        prop = property_problem(question, case, got)
-        if prop:
-            status.append(("property", prop))
-            continue
-        references, _ = reference_outputs(question, index, got, verify=False)
-        if not references:
-            status.append(("structure", None))
-            continue
+        got = row.student["outputs"]
         found = None
-        for reference in references:
-            if _compare_outputs(question, case, got["outputs"], reference) is None:
+        for reference in row.references:
+            if _compare_outputs(question, row.case, got, reference) is None:
                 found = ("ok", reference)
                 break
             plain = {k: v for k, v in reference.items() if not k.startswith("grad_")}
-            mine = {k: v for k, v in got["outputs"].items() if not k.startswith("grad_")}
-            kind = "grad" if _compare_outputs(question, case, mine, plain) is None else "output"
+            mine = {k: v for k, v in got.items() if not k.startswith("grad_")}
+            kind = "grad" if _compare_outputs(question, row.case, mine, plain) is None else "output"
             if found is None or (found[0] == "output" and kind == "grad"):
                 found = (kind, reference)
         status.append(found)

@@ -16,23 +16,12 @@ from ...questions.common import case_mask
 
 def case_results(question, data) -> list[dict]:
     """Per case: {"case", "student", "status" (None = passes, "error", "property", "differs"),
-    "references"}; computed with the judge's own comparison (references are cached)."""
+    "references"}; from the judge's own case loop (references are cached)."""
     from .. import judge as J
 
-    results = []
-    for index, (case, student) in enumerate(zip(question.cases, data.get("cases") or [])):
-        row = {"case": case, "student": student, "status": None, "references": [], "index": index}
-        if student.get("error"):
-            row["status"] = "error"
-        elif J.property_problem(question, case, student):
-            row["status"] = "property"
-        else:
-            references, _ = J.reference_outputs(question, index, student, verify=False)
-            row["references"] = references
-            if not any(J._compare_outputs(question, case, student["outputs"], r) is None for r in references):
-                row["status"] = "differs"
-        results.append(row)
-    return results
+    names = {"ok": None, "error": "error", "property": "property", "structure": "differs", "differs": "differs"}
+    return [{"case": row.case, "student": row.student, "status": names[row.status], "references": row.references,
+             "index": row.index} for row in J.case_rows(question, data)]
 
 
 def _has_mask(case) -> bool:

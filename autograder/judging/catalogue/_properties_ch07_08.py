@@ -20,23 +20,11 @@ def _judge():
 
 def case_verdicts(question, data) -> list[bool | None]:
     """Per case: True (matches a reference), False (differs or raised), None (not comparable)."""
-    judge = _judge()
-    verdicts: list[bool | None] = []
-    for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
-        if student_case.get("error") or judge.property_problem(question, case, student_case):
-            verdicts.append(False)
-            continue
-        try:
-            references, _ = judge.reference_outputs(question, index, student_case, verify=False)
-        except Exception:  # noqa: BLE001 - a diagnosis never fails the verdict
-            verdicts.append(None)
-            continue
-        if not references:
-            verdicts.append(None)
-            continue
-        verdicts.append(any(judge._compare_outputs(question, case, student_case.get("outputs") or {}, r) is None
-                            for r in references))
-    return verdicts
+    try:
+        rows = _judge().case_rows(question, data)
+    except Exception:  # noqa: BLE001 - a diagnosis never fails the verdict
+        return [None] * len(data.get("cases") or [])
+    return [None if row.status == "structure" else row.status == "ok" for row in rows]
 
 
 def by_tests(sentences: dict, combos: dict | None = None):
