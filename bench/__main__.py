@@ -6,7 +6,8 @@ Each benchmark is also a module of its own (``python -m bench.<name> --help``):
 * ``check_latency``     -- one autograder.check() call in a warm kernel;
 * ``grading``           -- ``python -m autograder grade`` on a synthetic class;
 * ``train_to_accuracy`` -- ``python -m vitref.train --dataset fashion-mnist --minutes 10``;
-* ``book_build``        -- ``jupyter-book build``, fresh and unchanged.
+* ``book_build``        -- ``jupyter-book build``, fresh and unchanged;
+* ``colab_like``        -- every notebook in a Colab-like environment, the course installed by its set-up cell.
 
 They print measured numbers and ratios; none is part of ``make test``. Fast ones run first.
 """
@@ -16,7 +17,7 @@ import importlib
 import sys
 import time
 
-ORDER = ["throughput", "check_latency", "grading", "train_to_accuracy", "book_build"]
+ORDER = ["throughput", "check_latency", "grading", "train_to_accuracy", "book_build", "colab_like"]
 
 
 def main(argv=None) -> int:
