@@ -37,7 +37,8 @@ course, from the repository URL at HEAD, during its own run.
 
 One line per notebook (name, ok/FAIL, seconds), then ``colab_like: N notebooks, F failures,
 total S s``; the exit status is 1 when a notebook failed. Chapter 7 trains for minutes: the
-whole run takes about 15 minutes on 2 cores, and about 6 GB of disk for the environment.
+whole run took 12 minutes on 2 shared cores (bench/RESULTS.md), and about 6 GB of disk for the
+environment (torch with its CUDA libraries, as Colab has it).
 """
 from __future__ import annotations
 
@@ -297,7 +298,8 @@ class ExerciseVerdict:
         checks = self.feedback + self.undefined + self.passed
         parts = [f"{self.feedback} feedback"]
         if self.undefined:
-            parts.append(f"{self.undefined} answer left undefined by its blank")
+            parts.append("1 answer left undefined by its blank" if self.undefined == 1
+                         else f"{self.undefined} answers left undefined by their blanks")
         if self.passed:
             parts.append(f"{self.passed} passed")
         return f"{self.blanks} blanks raised; {checks} checks: {', '.join(parts)}"
@@ -522,11 +524,11 @@ def main(argv=None) -> int:
     url, branch = repository(ROOT)
     if args.keep:
         work = args.keep.resolve()
+        if work == ROOT or ROOT in work.parents:
+            parser.error(f"--keep {work}: must be outside the repository")
         work.mkdir(parents=True, exist_ok=True)
     else:
         work = Path(tempfile.mkdtemp(prefix="vitref-colab-like-"))
-    if work == ROOT or ROOT in work.parents:
-        parser.error(f"--keep {work}: must be outside the repository")
     env = Environment(work, url, branch)
     outcomes = []
     try:

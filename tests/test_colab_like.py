@@ -175,6 +175,8 @@ def test_a_blank_exercise_whose_blanks_raise_and_checks_give_feedback_is_ok():
     assert verdict.problems == []
     assert (verdict.blanks, verdict.feedback, verdict.undefined, verdict.passed) == (2, 1, 1, 0)
     assert verdict.summary() == "2 blanks raised; 2 checks: 1 feedback, 1 answer left undefined by its blank"
+    two = cl.exercise_verdict(blank_exercise(*blank_exercise()["cells"][5:7]))
+    assert two.problems == [] and two.summary().endswith("2 answers left undefined by their blanks")
 
 
 @pytest.mark.parametrize("extra, expected", [
