@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from autograder.instructor import nbtools
 from bench import colab_like as cl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -152,8 +153,10 @@ def test_notebooks_are_the_chapters_exercises_and_solutions_in_that_order():
     course = cl.notebooks(tracked.splitlines())
     chapters = sorted(p.stem for p in (ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
     assert [n.name for n in course if n.kind == "book"] == chapters
-    assert [n.name for n in course if n.kind == "exercises"] == [n.name for n in course if n.kind == "solutions"]
-    assert len(course) == 3 * len(chapters)
+    assignments = nbtools.assignments(ROOT)
+    assert [n.name for n in course if n.kind == "exercises"] == assignments
+    assert [n.name for n in course if n.kind == "solutions"] == assignments
+    assert len(course) == len(chapters) + 2 * len(assignments)
 
 
 def test_only_selects_by_label_name_number_or_kind():
