@@ -65,6 +65,7 @@ DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "V
                "IPYTHONDIR", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_PATH", "JUPYTER_RUNTIME_DIR",
                "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_DATA_HOME", "PIP_CONFIG_FILE", "PIP_USER",
                "PIP_REQUIRE_VIRTUALENV", "VITREF_FAST", "MPLBACKEND")
+BLANK = "raise NotImplementedError"   # what nbgrader leaves in an answer cell
 BLANK_ERRORS = ("NotImplementedError",)
 BLANK_FEEDBACK = "NotImplementedError"   # the checker's feedback on a blank says that it still raises this
 COURSE = "vitref-course"   # the distribution the set-up cells install
@@ -289,7 +290,7 @@ def is_checker_feedback(error: dict) -> bool:
 @dataclass
 class ExerciseVerdict:
     problems: list[str] = field(default_factory=list)
-    blanks: int = 0           # answer cells that raised because of their blank
+    blanks: int = 0           # answer cells holding a blank (nbgrader's `raise NotImplementedError()`)
     feedback: int = 0         # check cells that printed the checker's feedback
     undefined: int = 0        # check cells whose answer a blank left undefined (NameError)
     passed: int = 0           # check cells that passed
@@ -302,7 +303,8 @@ class ExerciseVerdict:
                          else f"{self.undefined} answers left undefined by their blanks")
         if self.passed:
             parts.append(f"{self.passed} passed")
-        return f"{self.blanks} blanks raised; {checks} checks: {', '.join(parts)}"
+        return (f"{self.blanks} blank{'s' * (self.blanks != 1)}; {checks} check{'s' * (checks != 1)}: "
+                f"{', '.join(parts)}")
 
 
 def exercise_verdict(nb: dict, runner_error: str | None = None, strict: bool = False) -> ExerciseVerdict:
@@ -313,7 +315,7 @@ def exercise_verdict(nb: dict, runner_error: str | None = None, strict: bool = F
     if runner_error:
         verdict.problems.append(runner_error)
     left_undefined = ""      # the source of the answer cells that raised: the names a blank kept from being set
-    blank_before = False     # did the last answer cell raise because of its blank?
+    blank_before = False     # does the last answer cell hold a blank?
     checks = 0
     for index, cell in code_cells(nb):
         role, errs = nbgrader_role(cell), errors(cell)
@@ -324,12 +326,11 @@ def exercise_verdict(nb: dict, runner_error: str | None = None, strict: bool = F
         if role == "given":
             verdict.problems += [f"{describe(index, cell, e)} (set-up or given code)" for e in errs]
         elif role == "answer":
-            blank_before = False
+            blank_before = BLANK in source(cell)
+            verdict.blanks += blank_before
             for error in errs:
                 name = undefined_name(error)
                 if error.get("ename") in BLANK_ERRORS or (name and re.search(rf"\b{name}\b", left_undefined)):
-                    verdict.blanks += 1
-                    blank_before = True
                     left_undefined += source(cell) + "\n"
                 else:
                     verdict.problems.append(f"{describe(index, cell, error)} (answer cell: not its blank)")

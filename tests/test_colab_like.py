@@ -177,7 +177,7 @@ def test_a_blank_exercise_whose_blanks_raise_and_checks_give_feedback_is_ok():
     verdict = cl.exercise_verdict(blank_exercise())
     assert verdict.problems == []
     assert (verdict.blanks, verdict.feedback, verdict.undefined, verdict.passed) == (2, 1, 1, 0)
-    assert verdict.summary() == "2 blanks raised; 2 checks: 1 feedback, 1 answer left undefined by its blank"
+    assert verdict.summary() == "2 blanks; 2 checks: 1 feedback, 1 answer left undefined by its blank"
     two = cl.exercise_verdict(blank_exercise(*blank_exercise()["cells"][5:7]))
     assert two.problems == [] and two.summary().endswith("2 answers left undefined by their blanks")
 
@@ -207,6 +207,11 @@ def test_checker_feedback_on_a_blank_must_say_that_it_still_raises():
     nb["cells"][4]["outputs"] = [vague]
     (problem,) = cl.exercise_verdict(nb).problems
     assert problem.startswith("cell 4 (") and "does not say that the answer still raises NotImplementedError" in problem
+    # A blank that raises only when called (not when its cell runs) is a blank all the same.
+    lazy = notebook(cell("answer", source="def train(x):\n    raise NotImplementedError()"), cell("check", vague))
+    assert "does not say" in cl.exercise_verdict(lazy).problems[0]
+    assert cl.exercise_verdict(notebook(cell("answer", source="def train(x):\n    raise NotImplementedError()"),
+                                        cell("check", FEEDBACK))).summary() == "1 blank; 1 check: 1 feedback"
     # After an answer that ran (no blank), feedback about a wrong answer is what the checker should say.
     written = notebook(cell("answer", source="def softmax(x):\n    return x"), cell("check", vague))
     assert cl.exercise_verdict(written).problems == []
