@@ -163,9 +163,23 @@ def test_value_probe_accepts_numbers_only():
     for good in (0, 0.2, np.float32(0.2), np.int64(3)):
         data = ProbeRecorder(q).run(good)
         assert data["fatal"] is None and len(data["cases"]) == 1, good
-    for bad in (None, ..., "0.2", True, [0.2], torch.tensor(0.2), lambda: 0.2, int, np.array([0.2])):
+    for bad in (..., "0.2", True, [0.2], torch.tensor(0.2), lambda: 0.2, int, np.array([0.2])):
         data = ProbeRecorder(q).run(bad)
         assert data["fatal"] and "should be a number" in data["fatal"], bad
+    # the blank exercise's placeholder (`masked_row_weight = None` above the blank)
+    assert "no answer yet: masked_row_weight is still None" in ProbeRecorder(q).run(None)["fatal"]
+
+
+def test_every_blank_concept_answer_starts_as_none_so_its_check_gives_feedback():
+    """In the exercises a concept answer cell raises NotImplementedError at its blank: the name is
+    set to None above it, so the check cell prints feedback instead of a NameError."""
+    import json
+
+    for q in VALUE_QUESTIONS:
+        path = ROOT / "exercises" / q.chapter / f"{q.chapter}.ipynb"
+        cells = ["".join(c["source"]) for c in json.loads(path.read_text(encoding="utf-8"))["cells"]]
+        answer = next(c for c in cells if "raise NotImplementedError()" in c and f"print({q.answer_name})" in c)
+        assert answer.index(f"{q.answer_name} = None") < answer.index("raise NotImplementedError()"), q.id
 
 
 def test_value_question_answer_of_the_wrong_type_gets_a_clear_message():

@@ -281,6 +281,10 @@ class ProbeRecorder:
         if q.kind == "function" and (isinstance(answer, type) or not callable(answer)):
             data["fatal"] = f"{q.answer_name} should be a function, got {_kind_name(answer)}"
             return data
+        if q.kind == "value" and answer is None:
+            data["fatal"] = (f"no answer yet: {q.answer_name} is still None; write your prediction in its "
+                             f"place ({q.answer_name} = a number)")
+            return data
         if q.kind == "value" and not is_plain_number(answer):
             data["fatal"] = (f"{q.answer_name} should be a number (for example {q.answer_name} = 3 or 0.5), "
                              f"got {_kind_name(answer)}")
