@@ -171,14 +171,21 @@ def _untrained(parts):
     return train_vit
 
 
-def _steps(lr, steps, optimizer_class):
+def _naive_cross_entropy(logits, targets):
+    """A cross-entropy written without the max shift: large logits overflow exp (NaN)."""
+    probs = torch.exp(logits) / torch.exp(logits).sum(dim=-1, keepdim=True)          # (B, 10)
+    return -torch.log(probs[torch.arange(len(logits)), targets]).mean()
+
+
+def _steps(lr, steps, optimizer_class, loss_fn=F.cross_entropy):
+    """A train_vit that takes ``steps`` fixed steps of 128 images, whatever its seconds."""
     def build(parts):
         def train_vit(images, labels, seconds):
             model = _linear()
             optimizer = optimizer_class(model.parameters(), lr=lr)
             for step in range(steps):
                 index = slice(128 * step, 128 * (step + 1))
-                loss = F.cross_entropy(model(images[index]), labels[index].long())
+                loss = loss_fn(model(images[index]), labels[index].long())
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -187,26 +194,10 @@ def _steps(lr, steps, optimizer_class):
     return build
 
 
-def _diverged(parts):
-    """A learning rate far too large, with a cross-entropy written without the max shift: the
-    logits overflow exp, the loss and then every parameter become NaN, every image class 0."""
-    def train_vit(images, labels, seconds):
-        model = _linear()
-        optimizer = torch.optim.SGD(model.parameters(), lr=1e3)
-        for step in range(8):
-            index = slice(128 * step, 128 * (step + 1))
-            logits = model(images[index])                                           # (128, 10)
-            probs = torch.exp(logits) / torch.exp(logits).sum(dim=-1, keepdim=True)
-            loss = -torch.log(probs[torch.arange(len(logits)), labels[index].long()]).mean()
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-        return model
-    return train_vit
-
-
+# A learning rate far too large with the naive cross-entropy: the logits overflow exp, the loss
+# and then every parameter become NaN, every image is predicted class 0.
+_diverged = _steps(1e3, 8, torch.optim.SGD, _naive_cross_entropy)
 _few_steps = _steps(1e-3, 5, torch.optim.AdamW)         # stops after 5 steps, not on the clock
-
 
 
 def _overtime_builder(parts):
