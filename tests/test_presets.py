@@ -23,7 +23,7 @@ def test_known_counts():
 
 
 def test_stl10_preset_is_the_source_configuration():
-    p = preset("stl10-seed001")
+    p = preset("stl10-article")
     m = p.model
     assert (m["img_size"], m["patch_size"], m["dim"], m["num_heads"], m["depth"]) == (96, 8, 256, 8, 6)
     assert p.recipe["lr"] == 3e-4 and p.recipe["epochs"] == 50 and p.recipe["optimizer"] == "AdamW"
@@ -62,4 +62,4 @@ def test_errors():
     with pytest.raises(ValueError, match="not divisible"):
         vit_parameter_count(img_size=30, patch_size=7, in_channels=1, num_classes=10, dim=64, depth=1,
                             num_heads=4, mlp_dim=8)
-    assert set(NAMES) == {"stl10-seed001", "cifar10-gpu"}
+    assert set(NAMES) == {"stl10-article", "cifar10-gpu"}

@@ -6,7 +6,7 @@ separate statements: what the *source* reports (quoted, never re-measured here) 
 *measured* by this repository, if anything. :func:`preset` returns one by name;
 :func:`mlp_dim_for` solves the parameter count of a ViT for its MLP width.
 
-* ``'stl10-seed001'`` -- the STL-10 run of the ViT article among the course's sources: 96 x 96
+* ``'stl10-article'`` -- the STL-10 run of the ViT article among the course's sources: 96 x 96
   colour images, patch 8 (a 12 x 12 grid), D = 256, 8 heads, 6 blocks, AdamW lr 3e-4, cosine
   schedule, 50 epochs, reported test accuracy 59.51% and "~4.2M" parameters. The article does
   not give the MLP width; this preset uses the width that makes the count about 4.2M
@@ -83,13 +83,13 @@ def mlp_dim_for(target_parameters: float, **shape) -> float:
     return (target_parameters - base) / per_unit
 
 
-def _stl10_seed001() -> Preset:
+def _stl10_article() -> Preset:
     shape = dict(img_size=96, patch_size=8, in_channels=3, num_classes=10, dim=256, depth=6, num_heads=8)
     width = 32 * round(mlp_dim_for(4.2e6, **shape) / 32)
     return Preset(
-        name="stl10-seed001", dataset="stl10", model={**shape, "mlp_dim": width},
+        name="stl10-article", dataset="stl10", model={**shape, "mlp_dim": width},
         recipe=dict(optimizer="AdamW", lr=3e-4, schedule="cosine (CosineAnnealingLR)", epochs=50),
-        source="the ViT article among the course's sources (seed 001): STL-10 run",
+        source="the ViT article among the course's sources (the book's bibliography): STL-10 run",
         reported=dict(test_accuracy=0.5951, parameters="~4.2M", epochs=50),
         measured="nothing: STL-10 is not available offline here, and the MLP width is not given by the source",
     )
@@ -105,13 +105,13 @@ def _cifar10_gpu() -> Preset:
     return Preset(
         name="cifar10-gpu", dataset=recipe.pop("dataset"), model=model, recipe=recipe,
         source="vitref.train.PRESETS['cifar10-gpu'] (bench/README.md), "
-               "ViT-Tiny's shape from the CIFAR-10 article (seed 002)",
+               "ViT-Tiny's shape from the CIFAR-10 article among the course's sources",
         reported={},
         measured="nothing: no CIFAR-10 copy on the machines used (bench/README.md), so no accuracy is claimed",
     )
 
 
-_FACTORIES = {"stl10-seed001": _stl10_seed001, "cifar10-gpu": _cifar10_gpu}
+_FACTORIES = {"stl10-article": _stl10_article, "cifar10-gpu": _cifar10_gpu}
 NAMES = tuple(_FACTORIES)
 
 
