@@ -369,7 +369,10 @@ def train_vit(images, labels, seconds=60):
             progress = (time.monotonic() - start) / budget       # 0 -> 1 over the time budget
             if progress >= 1:
                 return model.eval()
-            lr = peak_lr * min(1.0, progress / warmup) * 0.5 * (1 + math.cos(math.pi * progress))
+            if progress < warmup:                                 # linear warm-up, then cosine to 0 (as lr_at)
+                lr = peak_lr * progress / warmup
+            else:
+                lr = peak_lr * 0.5 * (1 + math.cos(math.pi * (progress - warmup) / (1 - warmup)))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             index = order[first:first + batch_size]
