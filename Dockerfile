@@ -25,18 +25,20 @@ RUN apt-get update \
 
 WORKDIR /opt/vitref-course
 
-# torch and torchvision at requirements.txt's pins, from PyTorch's CPU-only index (no CUDA
-# libraries: a far smaller image). Copied first so that this layer survives code changes.
+# torch and torchvision at requirements.txt's pins, their CPU-only builds (no CUDA libraries: a
+# far smaller image): PyTorch's CPU index has X.Y.Z+cpu, which pip prefers to PyPI's X.Y.Z; their
+# dependencies come from PyPI. Copied first so that this layer survives code changes.
 COPY requirements.txt ./
 RUN python -m venv "$VIRTUAL_ENV" \
     && grep -E '^(torch|torchvision)==' requirements.txt > /tmp/torch-pins.txt \
-    && pip install --index-url https://download.pytorch.org/whl/cpu -r /tmp/torch-pins.txt \
-    && rm /tmp/torch-pins.txt
+    && pip install --extra-index-url https://download.pytorch.org/whl/cpu -r /tmp/torch-pins.txt \
+    && rm /tmp/torch-pins.txt \
+    && python -c "import torch; assert torch.__version__.endswith('+cpu'), torch.__version__"
 
 # The course with its grading extra; requirements.txt's pins as constraints (torch stays the CPU build).
 COPY . .
 RUN pip install -c requirements.txt ".[grading]" \
-    && python -c "import torch, autograder, vitref; assert torch.__version__.endswith('+cpu'), torch.__version__"
+    && python -c "import torch, autograder, vitref, nbgrader; assert torch.__version__.endswith('+cpu'), torch.__version__"
 
 # A numeric uid, so that Kubernetes' runAsNonRoot can verify it.
 RUN useradd --create-home --uid 10001 --shell /usr/sbin/nologin grader

@@ -124,7 +124,8 @@ def test_dockerfile_is_the_grading_image_the_readme_promises():
     assert re.search(r"apt-get install[^&]*\bbubblewrap\b", runs), "bubblewrap (the grading sandbox) is not installed"
     # torch and torchvision: requirements.txt's pins, from PyTorch's CPU-only index
     assert "grep -E '^(torch|torchvision)==' requirements.txt" in runs
-    assert "--index-url https://download.pytorch.org/whl/cpu" in runs
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu -r /tmp/torch-pins.txt" in runs
+    assert "assert torch.__version__.endswith('+cpu')" in runs, "the build fails if pip picked a CUDA build"
     pins = dict(re.findall(r"^(torch|torchvision)==(\S+)", (ROOT / "requirements.txt").read_text(), flags=re.M))
     assert set(pins) == {"torch", "torchvision"}, "requirements.txt must pin torch and torchvision"
     assert re.search(r'pip install -c requirements\.txt "\.\[grading\]"', runs), "the course with its grading extra"
