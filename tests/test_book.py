@@ -1,5 +1,6 @@
 """The book: every chapter notebook runs top to bottom (nbval), and the built HTML works in a
-real browser (Debian's headless Chromium, driven over the DevTools protocol).
+real browser (Debian's headless Chromium, driven over the DevTools protocol), where axe-core
+(installed by `make setup` with npm, package.json) checks every page's accessibility.
 
 Both parts run with ``VITREF_FAST=1``, which shrinks the chapters' training runs to seconds.
 The book is built into a temporary copy of the repository, so the execution cache of the real
@@ -26,6 +27,11 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 CHROMIUM = Path("/usr/bin/chromium")
+# axe-core, the accessibility engine, from npm (package.json, package-lock.json): `make setup`
+AXE_JS = ROOT / "node_modules" / "axe-core" / "axe.min.js"
+# WCAG 2.1 A/AA and axe's best practices; a page fails on a violation of these impacts
+AXE_TAGS = ["wcag2a", "wcag2aa", "wcag21a", "wcag21aa", "best-practice"]
+AXE_FAILING_IMPACTS = ("critical", "serious")
 CHROMIUM_FLAGS = [
     "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
     "--disable-component-update", "--disable-sync", "--disable-quic", "--window-size=1280,900",
@@ -225,8 +231,15 @@ PAGE_REPORT_JS = r"""
     mjx: document.querySelectorAll('mjx-container').length,
     mathSource: document.querySelectorAll('.math, span.math, div.math').length,
     rawMath: rawMath,
-    images: images.map(img => ({src: img.currentSrc || img.src, ok: img.complete && img.naturalWidth > 0,
-                                output: !!img.closest('.cell_output')})),
+    images: images.map(img => {
+      const paragraph = img.closest('a') ? null : img.parentElement.closest('p');
+      return {src: img.currentSrc || img.src, ok: img.complete && img.naturalWidth > 0,
+              output: !!img.closest('.cell_output'), alt: img.getAttribute('alt'), link: !!img.closest('a'),
+              // a figure: a cell's output, a <figure>, or an image alone in its paragraph
+              figure: !!img.closest('.cell_output, figure') || (!!paragraph && !paragraph.innerText.trim()),
+              decorative: img.getAttribute('aria-hidden') === 'true' ||
+                          ['presentation', 'none'].includes(img.getAttribute('role'))};
+    }),
     links: [...document.querySelectorAll('a[href]')].map(a => a.href),
     ids: [...document.querySelectorAll('[id]')].map(e => e.id),
     traceback: document.body.innerText.includes('Traceback (most recent call last)'),
@@ -235,17 +248,97 @@ PAGE_REPORT_JS = r"""
 """
 
 
+# Runs axe-core in the page (after PAGE_REPORT_JS waited for MathJax and the images): the
+# violations of AXE_TAGS, each with its impact and the elements where it was found.
+AXE_RUN_JS = r"""
+(async () => {
+  const result = await axe.run(document, {runOnly: {type: 'tag', values: %s}, resultTypes: ['violations']});
+  return result.violations.map(v => ({id: v.id, impact: v.impact, help: v.help, helpUrl: v.helpUrl,
+      nodes: v.nodes.map(n => ({target: n.target.join(' '), html: n.html.slice(0, 240),
+                                summary: (n.failureSummary || '').slice(0, 400)}))}));
+})()
+"""
+
+
+def axe_source() -> str:
+    """axe-core's script; fails (never skips) with what to do when `make setup` could not install it."""
+    assert AXE_JS.is_file(), (
+        f"axe-core is not installed ({AXE_JS.relative_to(ROOT)} is missing): run `make setup`, which installs it "
+        "with `npm ci` from package-lock.json (it needs Node.js and npm: `apt-get install nodejs npm`)")
+    return AXE_JS.read_text()
+
+
+def axe_violations(browser: "Browser", source: str) -> list[dict]:
+    """The accessibility violations of the page open in ``browser`` (axe-core injected once per page)."""
+    if not browser.evaluate("typeof window.axe === 'object'"):
+        browser.evaluate(source + "\n;true")
+    return browser.evaluate(AXE_RUN_JS % json.dumps(AXE_TAGS))
+
+
+def axe_counts(violations: list[dict]) -> dict:
+    """Elements in violation per impact, e.g. {'critical': 0, 'serious': 3, 'moderate': 1, 'minor': 0}."""
+    counts = dict.fromkeys(("critical", "serious", "moderate", "minor"), 0)
+    for v in violations:
+        counts[v["impact"] or "minor"] += len(v["nodes"])
+    return counts
+
+
+def format_axe(page: str, violations: list[dict], nodes_shown: int = 5) -> str:
+    """axe's report of one page: each rule broken, its impact, help page and the elements."""
+    lines = []
+    for v in sorted(violations, key=lambda v: AXE_FAILING_IMPACTS[::-1].index(v["impact"])
+                    if v["impact"] in AXE_FAILING_IMPACTS else -1, reverse=True):
+        lines.append(f"{page}: [{v['impact']}] {v['id']}: {v['help']} ({len(v['nodes'])} element(s); {v['helpUrl']})")
+        for node in v["nodes"][:nodes_shown]:
+            lines.append(f"    {node['target']}: {node['html']}")
+            lines.append("      " + node["summary"].replace("\n", "\n      "))
+        if len(v["nodes"]) > nodes_shown:
+            lines.append(f"    ... and {len(v['nodes']) - nodes_shown} more")
+    return "\n".join(lines)
+
+
+# What an image's alt text must not be: missing, empty, or the file's own name (Sphinx's
+# default for an image without alt text), which a screen reader would read out.
+# A figure (a plot or a diagram: a cell's output, a <figure>, an image alone in its paragraph)
+# needs a sentence that says what it shows; an icon in a link or in the text, a non-empty name.
+def alt_text_problem(image: dict) -> str:
+    alt = (image.get("alt") or "").strip()
+    name = urllib.parse.unquote(image["src"].rsplit("/", 1)[-1])
+    if image.get("decorative"):
+        return ""
+    if not alt:
+        return "no alt text"
+    if alt.rsplit("/", 1)[-1] == name or re.fullmatch(r"[\w./-]+\.(png|svg|jpe?g|gif)", alt):
+        return f"alt text is a file name ({alt!r})"
+    if image.get("figure") and len(alt.split()) < 5:
+        return f"alt text too short to say what the figure shows ({alt!r})"
+    return ""
+
+
 @pytest.mark.slow   # builds the book, then Chromium
 def test_book_pages_in_chromium(built_book, server, browser, tmp_path):
     html = built_book
     pages = toc_pages()
-    reports, problems = {}, []
+    axe = axe_source()                      # before the build's minutes are spent: fails at once without it
+    reports, problems, axe_reports, axe_summary = {}, [], [], []
     for page in pages:
         url = f"{server}/{page}.html"
         browser.open(url)
         report = browser.evaluate(PAGE_REPORT_JS)
         reports[page] = report
         where = page.split("/")[-1]
+        # accessibility: axe-core's WCAG 2.1 A/AA and best-practice rules on the loaded page
+        violations = axe_violations(browser, axe)
+        counts = axe_counts(violations)
+        axe_summary.append(f"{where}: " + ", ".join(f"{n} {impact}" for impact, n in counts.items()))
+        failing = [v for v in violations if v["impact"] in AXE_FAILING_IMPACTS]
+        if failing:
+            problems.append(f"{where}: {len(failing)} critical or serious accessibility violation(s) (axe-core)")
+            axe_reports.append(format_axe(where, failing))
+        no_alt = [f"{urllib.parse.unquote(img['src'].rsplit('/', 1)[-1])[:40]}: {alt_text_problem(img)}"
+                  for img in report["images"] if alt_text_problem(img)]
+        if no_alt:
+            problems.append(f"{where}: images without an alt text that says what they show: {no_alt}")
         if report["traceback"]:
             problems.append(f"{where}: a Python traceback is shown on the page")
         if report["mathSource"]:
@@ -290,4 +383,5 @@ def test_book_pages_in_chromium(built_book, server, browser, tmp_path):
     browser.screenshot(tmp_path / "last-chapter.png")
     assert checked > 20, f"only {checked} internal links found: is the navigation there?"
     assert sum(r["mjx"] for r in reports.values()) > 50, "suspiciously few rendered formulas in the whole book"
-    assert not problems, "\n".join(problems)
+    print("axe-core, elements in violation per page:\n" + "\n".join(axe_summary))
+    assert not problems, "\n".join(problems + ["", "axe-core's report:"] + axe_reports)
