@@ -7,9 +7,10 @@ generate_feedback`` turns it into ``ROOT/feedback/<student>/<assignment>/<notebo
 notebook in the instructor's process, so the notebook written here is rebuilt from the
 submission, as data:
 
-* every cell's text as submitted (markdown and code), **no output of the student's**
-  (outputs are whatever the student saved, HTML and scripts included: they would run in the
-  instructor's browser in formgrader);
+* every cell's text as submitted, **no output of the student's** (outputs are whatever the
+  student saved, HTML and scripts included: they would run in the instructor's browser in
+  formgrader); markdown cells rendered and cleaned (:mod:`autograder.batch.sanitize`: no
+  script, event handler, ``javascript:`` URL, frame or style survives), code cells as text;
 * nbgrader metadata only where the source notebook has the same cell (``grade_id``), and
   then the source's metadata (points, grade/solution/locked), so that a student cannot add
   points, invent grade cells (``generate_feedback`` would fail on an unknown ``grade_id``)
@@ -33,6 +34,7 @@ import re
 import shutil
 from pathlib import Path
 
+from autograder.batch import sanitize
 from autograder.judging import preflight
 
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.DOTALL)
@@ -86,7 +88,7 @@ def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
     out.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                     "language_info": {"name": "python"}}
     if problem:
-        out.cells.append(new_markdown_cell(f"**Not graded normally:** {problem}"))
+        out.cells.append(new_markdown_cell(sanitize.markdown_cell_source(f"**Not graded normally:** {problem}")))
     used_ids, seen_grade_ids = set(), set()
     last_suffix: dict[str, int] = {}
 
@@ -132,7 +134,7 @@ def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
         if kind == "code":
             new = new_code_cell(text, id=fresh_id(cell.get("id")))
         elif kind == "markdown":
-            new = new_markdown_cell(text, id=fresh_id(cell.get("id")))
+            new = new_markdown_cell(sanitize.markdown_cell_source(text), id=fresh_id(cell.get("id")))
         elif kind == "raw":
             new = new_raw_cell(text, id=fresh_id(cell.get("id")))
         else:
