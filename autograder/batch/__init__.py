@@ -265,6 +265,7 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     ``inputs``: the run's secret inputs (the judges must draw from the same source)."""
     import autograder
     from autograder.hosts.driver import run_submission
+    from autograder.judging import preflight
     from autograder.judging.judge import judge_outcome
     from autograder.judging.scan import suspicious
     from autograder.student.cells import code_cells
@@ -296,6 +297,10 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
         reason = f"the notebook is {size >> 20} MB, more than the {MAX_NOTEBOOK_MB} MB accepted"
         return finish([_zero(q, reason) for q in qs], reason)
     raw = Path(task.notebook).read_bytes()
+    too_big = preflight.problem(raw)
+    if too_big:
+        result["status"] = "invalid"
+        return finish([_zero(q, too_big) for q in qs], too_big)
     cells, problem = code_cells(raw)
     if problem:
         result["status"] = "invalid"
@@ -341,6 +346,7 @@ def _worker(slot: int, conn, options: dict) -> None:
     limits = Limits(**options["limits"])
     zygote = Zygote(slot=slot, preload=tuple(options["preload"]), hide=tuple(options["hide"]),
                     memory_mb=limits.memory_mb)
+    _stop_with(zygote)
     try:
         zygote.launch()                # the sandbox boots while this job imports the judges
         import autograder.judging.judge  # noqa: F401
@@ -370,9 +376,42 @@ def _worker(slot: int, conn, options: dict) -> None:
                 result = _error_result(task, f"the grader failed on this submission "
                                              f"({type(error).__name__}: {_short(error)}); "
                                              f"please report this")
+            write_pages(options, task, result)
             conn.send(("done", slot, result))
     finally:
         zygote.close()
+
+
+def _stop_with(zygote) -> None:
+    """SIGTERM (the coordinator stopping, or an instructor's kill) ends a grading job at once
+    and takes its sandbox with it: the zygote's process group is killed (a student process
+    in its pid namespace dies with it) and its cgroup removed."""
+    def stop(signum, frame):
+        try:
+            zygote.close()
+        finally:
+            os._exit(128 + signum)
+    signal.signal(signal.SIGTERM, stop)
+
+
+def write_pages(options: dict, task: Task, result: dict) -> None:
+    """The per-submission files (``timestamp``, the feedback pages, the autograded
+    notebook), written by the job that graded the submission, not by the coordinator: a
+    notebook that is costly to copy delays only its own job. ``result["pages"]`` says they
+    were written (the coordinator writes them for results it makes itself)."""
+    from autograder.batch import feedback, formgrader
+    root = options.get("root")
+    if root is None:
+        return
+    root = Path(root)
+    try:
+        result["timestamp"] = formgrader.submission_timestamp(task)
+        feedback.write(root, result)
+        formgrader.write_autograded(root, task, (options.get("sources") or {}).get(task.assignment), result)
+    except Exception as error:  # noqa: BLE001 - the grade is saved; the copy is a convenience
+        print(f"warning: could not write the feedback or autograded notebook of "
+              f"{task.student}/{task.assignment}: {error}", file=sys.stderr)
+    result["pages"] = True
 
 
 def _cap_memory(mb: int) -> None:
@@ -671,7 +710,8 @@ def run(args: argparse.Namespace) -> int:
         ([str(source_dir)] if source_dir else [])
     import secrets
     options = {"limits": asdict(limits), "preload": _preload(source_dir, sorted(questions)),
-               "hide": hide, "salt": 0 if args.public_inputs else secrets.randbits(63)}
+               "hide": hide, "salt": 0 if args.public_inputs else secrets.randbits(63),
+               "root": str(root), "sources": sources}
     where = f" (shard {shard[0]} of {shard[1]})" if shard else ""
     print(f"grading {len(todo)} submission(s) of {len({t.student for t in tasks_shown})} student(s){where} "
           f"({len(tasks_shown) - len(todo)} unchanged, skipped) with {jobs} job(s); "
@@ -690,17 +730,11 @@ def run(args: argparse.Namespace) -> int:
 
     def on_result(result: dict) -> None:
         task = by_key.get((result["student"], result["assignment"]))
-        if task is not None:
-            result["timestamp"] = formgrader.submission_timestamp(task)
+        if not result.pop("pages", False) and task is not None:
+            write_pages(options, task, result)        # a result the coordinator made (a job died)
+            result.pop("pages", None)
         results[(result["student"], result["assignment"])] = result
         save_state(root, result)
-        feedback.write(root, result)
-        if task is not None:
-            try:
-                formgrader.write_autograded(root, task, sources.get(task.assignment), result)
-            except Exception as error:  # noqa: BLE001 - the grade is saved; the copy is a convenience
-                print(f"warning: could not write the autograded notebook of "
-                      f"{task.student}/{task.assignment}: {error}", file=sys.stderr)
         if bar is not None:
             bar.set_postfix_str(f"{result['student']}/{result['assignment']} "
                                 f"{result.get('score', 0):g}/{result.get('max_score', 0):g}")
@@ -720,7 +754,7 @@ def run(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar.close()
     final = [results[(t.student, t.assignment)] for t in tasks if (t.student, t.assignment) in results]
-    for r in final:          # results saved before autograded notebooks existed get one now
+    for r in [] if interrupted else final:   # results saved before autograded notebooks existed
         task = by_key.get((r["student"], r["assignment"]))
         src = sources.get(r["assignment"])
         if task is not None and src is not None and \
@@ -730,6 +764,10 @@ def run(args: argparse.Namespace) -> int:
             except Exception:  # noqa: BLE001
                 pass
     csv_path = write_csv(root, final, csv_name(shard))
+    if interrupted:      # stop within seconds: the next run writes the report and the gradebook
+        print(f"interrupted: wrote {csv_path} ({len(final)} submission(s) graded so far); run the same "
+              f"command again to grade the rest and write the report and the gradebook", file=sys.stderr)
+        return 130
     report_path = report.write(root / ("report.html" if shard is None else
                                        f"report-{shard[0]}-of-{shard[1]}.html"), final,
                                source_dir=source_dir)
@@ -739,9 +777,6 @@ def run(args: argparse.Namespace) -> int:
     print(summary(final, graded_now, len(tasks_shown) - len(todo), elapsed))
     print(f"wrote {csv_path}, {report_path}, the gradebook {gradebook.redact(db_url)}, "
           f"{root / 'autograded'}/ and {root / feedback.FOLDER}/")
-    if interrupted:
-        print("interrupted: run the same command again to grade the rest", file=sys.stderr)
-        return 130
     return 0
 
 

@@ -5,7 +5,8 @@ to it):
 each question's verdict, points and the checker's message. The messages are the ones the
 in-notebook ``check()`` shows: shapes, the name of the failing input set ("batch 1,
 T=5, S=7"), the mistake recognised; never the hidden test tensors themselves. Everything
-that comes from the student's process (exception messages, names) is escaped.
+that comes from the student's process (exception messages, names) is escaped: for HTML in
+the page, for HTML and markdown (:func:`md_text`) in the ``.md``.
 
 Not in ``ROOT/feedback/``: that folder is nbgrader's (``nbgrader generate_feedback`` writes
 ``feedback/<student>/<assignment>/<notebook>.html`` there and skips a student whose folder
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import html
 import os
+import re
 from pathlib import Path
 
 STYLE = """
@@ -32,16 +34,27 @@ def _fmt_points(x: float) -> str:
     return f"{x:g}"
 
 
+_MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_{}\[\]()#+!|~])")
+
+
+def md_text(text) -> str:
+    """Text (a student's exception message, a name) as markdown that shows exactly that text:
+    HTML escaped (no tag survives) and markdown's punctuation backslash-escaped (no link,
+    image or code span can be made of it), on one line."""
+    text = html.escape(" ".join(str(text).split()), quote=False)
+    return _MARKDOWN_PUNCTUATION.sub(r"\\\1", text)
+
+
 def render_markdown(result: dict) -> str:
-    lines = [f"# Feedback: {result['assignment']} ({result['student']})", "",
+    lines = [f"# Feedback: {md_text(result['assignment'])} ({md_text(result['student'])})", "",
              f"Score: **{_fmt_points(result['score'])} / {_fmt_points(result['max_score'])}**", ""]
     if result.get("reason"):
-        lines += [f"> Note: {result['reason']}", ""]
+        lines += [f"> Note: {md_text(result['reason'])}", ""]
     lines += ["| question | verdict | points | feedback |", "|---|---|---|---|"]
     for q in result["questions"]:
         verdict = "passed" if q["passed"] else "not passed"
-        text = (q.get("feedback") or q.get("reason") or "").replace("|", "\\|").replace("\n", " ")
-        lines.append(f"| `{q['id']}` {q.get('title', '')} | {verdict} | "
+        text = md_text(q.get("feedback") or q.get("reason") or "")
+        lines.append(f"| `{q['id']}` {md_text(q.get('title', ''))} | {verdict} | "
                      f"{_fmt_points(q['score'])} / {_fmt_points(q['max_score'])} | {text} |")
     return "\n".join(lines) + "\n"
 

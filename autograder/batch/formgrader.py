@@ -7,9 +7,10 @@ generate_feedback`` turns it into ``ROOT/feedback/<student>/<assignment>/<notebo
 notebook in the instructor's process, so the notebook written here is rebuilt from the
 submission, as data:
 
-* every cell's text as submitted (markdown and code), **no output of the student's**
-  (outputs are whatever the student saved, HTML and scripts included: they would run in the
-  instructor's browser in formgrader);
+* every cell's text as submitted, **no output of the student's** (outputs are whatever the
+  student saved, HTML and scripts included: they would run in the instructor's browser in
+  formgrader); markdown cells rendered and cleaned (:mod:`autograder.batch.sanitize`: no
+  script, event handler, ``javascript:`` URL, frame or style survives), code cells as text;
 * nbgrader metadata only where the source notebook has the same cell (``grade_id``), and
   then the source's metadata (points, grade/solution/locked), so that a student cannot add
   points, invent grade cells (``generate_feedback`` would fail on an unknown ``grade_id``)
@@ -32,6 +33,9 @@ import os
 import re
 import shutil
 from pathlib import Path
+
+from autograder.batch import sanitize
+from autograder.judging import preflight
 
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.DOTALL)
 _ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -84,15 +88,20 @@ def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
     out.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                     "language_info": {"name": "python"}}
     if problem:
-        out.cells.append(new_markdown_cell(f"**Not graded normally:** {problem}"))
+        out.cells.append(new_markdown_cell(sanitize.markdown_cell_source(f"**Not graded normally:** {problem}")))
     used_ids, seen_grade_ids = set(), set()
+    last_suffix: dict[str, int] = {}
 
     def fresh_id(wanted) -> str:
+        """A cell id not used yet: ``wanted`` if free, else ``<base>-<n>``. The search for
+        ``n`` goes on from where the last one for this base stopped, so that n cells
+        without an id cost O(n) in all, not O(n^2)."""
         base = wanted if isinstance(wanted, str) and _ID.match(wanted) else "cell"
-        cid, n = base, 1
+        cid, n = base, last_suffix.get(base, 1)
         while cid in used_ids:
             n += 1
             cid = f"{base[:56]}-{n}"
+        last_suffix[base] = n
         used_ids.add(cid)
         return cid
 
@@ -125,7 +134,7 @@ def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
         if kind == "code":
             new = new_code_cell(text, id=fresh_id(cell.get("id")))
         elif kind == "markdown":
-            new = new_markdown_cell(text, id=fresh_id(cell.get("id")))
+            new = new_markdown_cell(sanitize.markdown_cell_source(text), id=fresh_id(cell.get("id")))
         elif kind == "raw":
             new = new_raw_cell(text, id=fresh_id(cell.get("id")))
         else:
@@ -182,6 +191,9 @@ def write_autograded(root: Path, task, source, result: dict) -> Path | None:
             raw = Path(task.notebook).read_bytes()
         except OSError as error:
             problem = f"the notebook could not be read ({error})"
+        else:
+            problem = preflight.problem(raw)     # too many cells to copy: the reason instead
+            raw = None if problem else raw
     nb = build_notebook(raw, source, result, problem)
     if folder.exists():
         shutil.rmtree(folder)       # a renamed notebook must not leave the old one behind

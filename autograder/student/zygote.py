@@ -291,23 +291,25 @@ def _remount_readonly() -> None:
 
 
 def _reexpose(groups: list) -> None:
-    """Mode 'namespaces': the Python runtime may live under a folder others cannot enter
-    (/root): cover that folder with a tmpfs and bind only the runtime back into it."""
-    stage = "/tmp/.autograder-stage"
-    _mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=700")
+    """Mode 'namespaces': the Python runtime, the virtual environment or the bundle may live
+    under a folder others cannot enter (/root, a private home, a ``mktemp -d`` checkout):
+    cover that folder with a tmpfs and bind only those paths back into it.
+
+    Each path is opened (O_PATH) before any folder is covered and bound back through its
+    file descriptor, so nothing is staged on /tmp (which may itself hold one of the paths)
+    and several such folders (the runtime under /root, the checkout under /tmp) do not
+    collide."""
+    kept = []
     for ancestor, keeps in groups:
-        staged = []
-        for i, keep in enumerate(keeps):
-            target = f"{stage}/{len(staged)}-{i}"
-            os.makedirs(target)
-            _mount(keep, target, None, MS_BIND | MS_REC)
-            staged.append((target, keep))
+        fds = [(keep, os.open(keep, os.O_PATH | os.O_DIRECTORY))
+               for keep in sorted(keeps, key=len) if os.path.isdir(keep)]
+        kept.append((ancestor, fds))
+    for ancestor, fds in kept:
         _mount("tmpfs", ancestor, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=755")
-        for target, keep in staged:
+        for keep, fd in fds:
             os.makedirs(keep, mode=0o755, exist_ok=True)
-            _mount(target, keep, None, MS_BIND | MS_REC)
-            _check(_libc.umount2(target.encode(), ctypes.c_int(MNT_DETACH)), f"umount {target}")
-    _check(_libc.umount2(b"/tmp", ctypes.c_int(MNT_DETACH)), "umount /tmp")
+            _mount(f"/proc/self/fd/{fd}", keep, None, MS_BIND | MS_REC)
+            os.close(fd)
 
 
 def _fresh_tmp(size: str) -> None:

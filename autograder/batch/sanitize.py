@@ -1,0 +1,65 @@
+"""Student markdown made safe for the pages instructors open.
+
+The autograded notebook (:mod:`autograder.batch.formgrader`) keeps every markdown cell of
+the submission. ``nbgrader formgrader`` and ``generate_feedback`` render it with nbconvert's
+``markdown2html`` (mistune, raw HTML passed through, ``javascript:`` links allowed) and no
+sanitiser: a student's ``<script>``, ``<img onerror=...>`` or ``[x](javascript:...)`` would
+run in the instructor's browser, on the Jupyter server's origin.
+
+So each markdown cell is stored already rendered and cleaned:
+
+1. rendered to HTML with nbconvert's own ``markdown2html`` (what formgrader would show);
+2. cleaned with nh3 (the Python binding of the Rust sanitiser ammonia, maintained; bleach is
+   deprecated): an allow-list of tags and attributes, so no ``<script>``, ``<iframe>``,
+   ``<object>``, ``<embed>``, ``<svg>``, ``<style>``, ``style=``/``class=``/``id=``, no
+   ``on*=`` handler, and URLs only with safe schemes (no ``javascript:``, ``data:``);
+3. put on one line (newlines as ``&#10;``) inside a ``<div>``: a markdown renderer takes a
+   line that starts with ``<div>`` and has no blank line after it as one raw HTML block and
+   passes it through unchanged, so nothing in the text is read as markdown a second time
+   (a ``[x](javascript:...)`` shown as code would otherwise become a link again).
+   :func:`markdown_cell_source` renders the result once more and checks it comes back
+   unchanged; if not, the cell's text is shown escaped instead.
+
+Math (``$...$``) stays text, typeset by MathJax as before.
+"""
+from __future__ import annotations
+
+import html
+
+WRAPPER = '<div class="autograder-student-markdown">{}</div>'
+UNSHOWABLE = WRAPPER.format("<p>(this markdown cell could not be shown safely)</p>")
+
+
+def render(source: str) -> str:
+    """Markdown to HTML exactly as nbconvert's templates (and so formgrader) render it."""
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+    return markdown2html_mistune(source)
+
+
+def clean(fragment: str) -> str:
+    """An HTML fragment with only safe tags, attributes and URLs left (nh3's defaults)."""
+    import nh3
+    return nh3.clean(fragment)
+
+
+def _one_line(fragment: str) -> str:
+    return fragment.replace("\r", "&#13;").replace("\n", "&#10;")
+
+
+def _passes_through(block: str) -> bool:
+    try:
+        return render(block).strip() == block
+    except Exception:  # noqa: BLE001 - a renderer failure means we cannot vouch for the block
+        return False
+
+
+def markdown_cell_source(source: str) -> str:
+    """The source of a markdown cell that renders as ``source`` does, minus anything active."""
+    try:
+        block = WRAPPER.format(_one_line(clean(render(source))))
+    except Exception:  # noqa: BLE001 - mistune on odd input: show the text instead
+        block = ""
+    if block and _passes_through(block):
+        return block
+    escaped = WRAPPER.format(_one_line("<pre>" + html.escape(source) + "</pre>"))
+    return escaped if _passes_through(escaped) else UNSHOWABLE
