@@ -117,21 +117,25 @@ def _watch(process, out: Path, feed, data_w: int, deadline: float) -> int | None
     None when it ran past ``deadline`` or past the training's limit (``feed.overdue``)."""
     from ..student.zygote import frame_events
 
-    stream, parsed = bytearray(), 0
+    stream = bytearray()
+
+    def read_frames(frames) -> None:
+        chunk = frames.read()
+        if chunk:
+            stream.extend(chunk)
+            parsed, events = frame_events(stream, 0)
+            for event, qid in events:
+                feed.on_event(event, qid, time.monotonic())
+            del stream[:parsed]
+
     with open(out, "rb") as frames:
         while True:
-            chunk = frames.read()
-            if chunk:
-                stream += chunk
-                parsed, events = frame_events(stream, parsed)
-                for event, qid in events:
-                    feed.on_event(event, qid, time.monotonic())
-                del stream[:parsed]
-                parsed = 0
+            read_frames(frames)
             if feed.pending:
                 feed.write(data_w)
             code = process.poll()
             if code is not None:
+                read_frames(frames)            # what it wrote just before it exited
                 return code
             now = time.monotonic()
             training = feed.deadline()

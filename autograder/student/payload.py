@@ -17,6 +17,11 @@
    answer that ignores the alarm, exits or crashes costs only its own question, and no
    question's probe changes the state another one sees.
 
+A question that trains a model gets its training data only when its probe asks: the host held
+them back from the run's inputs (:mod:`autograder.hosts.training`); :func:`_fetch_held` sends
+the request frame ``{"event": "inputs"}`` and reads them from ``options["data_fd"]``, and the
+host's clock of the training starts then.
+
 Progress is streamed as frames (``cell i``, ``probe q``, ``result``/``unavailable``) so the
 grader knows, when the process dies in a cell (``os._exit``...), which cell to skip when it
 runs the notebook again.

@@ -528,9 +528,7 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
                 os._exit(122)
     for fd in (result_w, output_w, status_w, data_r):
         os.close(fd)
-    held = read_exact(held_fd, int(req.get("held_size") or 0)) if held_fd is not None and req.get("held_size") \
-        else b""
-    feed = Feed(held, float(req.get("held_limit") or 0), req.get("held_qids") or ())
+    feed = Feed(b"", float(req.get("held_limit") or 0), req.get("held_qids") or ())
     os.set_blocking(data_w, False)
     deadline = start + float(req["timeout"])
     cell_kill = float(req.get("cell_kill") or 0)   # a cell running longer than this is killed
@@ -539,6 +537,8 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
     timed_out = too_big = False
     parsed, cell_started = 0, None
     try:
+        if held_fd is not None and req.get("held_size"):
+            feed.data = read_exact(held_fd, int(req["held_size"]))
         while open_fds:
             now = time.monotonic()
             limit = deadline

@@ -255,6 +255,27 @@ def test_the_training_is_timed_and_stopped_by_the_grader_not_the_notebooks_clock
 
 
 @pytest.mark.slow
+def test_the_check_command_times_the_training_with_its_own_clock_too(tmp_path, monkeypatch):
+    """``python -m autograder check`` (a child process, no sandbox): the same hand-over and clock."""
+    from autograder.hosts.local import check_submission
+
+    monkeypatch.setitem(Q.cases[0].params, "seconds", 2)      # the grader's limits: 4.2 s overtime, 9.2 s kill
+    path = tmp_path / "09_training.ipynb"
+    for sleep, expected in ((6, r"train_vit took [67] s; it was given seconds=2"),
+                            (30, "train_vit did not return its model within 9 s of receiving its training data")):
+        path.write_bytes(notebook(f"""
+            import time as _time
+            _time.monotonic = _time.time = _time.perf_counter = lambda: 0.0
+
+            def train_vit(images, labels, seconds=60):
+                _time.sleep({sleep})
+                return FashionViT()
+            """))
+        results, _ = check_submission(path, [QID], timeout=30)
+        assert not results[0].passed and re.search(expected, results[0].feedback), results[0].feedback
+
+
+@pytest.mark.slow
 def test_threads_and_forked_processes_share_one_cpu(zygote):
     from autograder.hosts.sandbox import Limits
     run = zygote.run(notebook("""
