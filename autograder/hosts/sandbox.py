@@ -392,6 +392,7 @@ class Zygote:
         self._child_hide = expand_hidden(self.hide) if self.mode == "namespaces" else []
         self.memory_mb = memory_mb
         self.group = None
+        self.cpu_group = None
         # the CPU the student processes of this job are pinned to (zygote._pin): one per slot
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self.cpu = cpus[slot % len(cpus)] if cpus else None
@@ -415,10 +416,15 @@ class Zygote:
             # until the zygote is ready (torch imported): room for its imports plus the allowance
             self.group = job_group(f"autograder-{os.getpid()}-{self.slot}",
                                    (ZYGOTE_BASE_MB + int(self.memory_mb)) << 20)
+        if self.cpu_group is None:
+            from .cgroup import cpu_group
+            # one CPU of time for the job's processes together (they are also pinned to one: zygote._pin)
+            self.cpu_group = cpu_group(f"autograder-{os.getpid()}-{self.slot}", 1.0)
+        groups = [g for g in (self.group, self.cpu_group) if g is not None]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, cwd="/tmp",
                                      start_new_session=True,
-                                     preexec_fn=self.group.enter if self.group is not None else None)
+                                     preexec_fn=(lambda: [g.enter() for g in groups]) if groups else None)
         self._stderr = bytearray()
 
     def wait_ready(self) -> None:
@@ -451,6 +457,9 @@ class Zygote:
         if self.group is not None:
             self.group.remove()
             self.group = None
+        if self.cpu_group is not None:
+            self.cpu_group.remove()
+            self.cpu_group = None
         self._tmp.cleanup()
 
     def __enter__(self):

@@ -252,6 +252,23 @@ def test_the_training_is_timed_and_stopped_by_the_grader_not_the_notebooks_clock
     result, _ = grade(zygote, notebook(patched.format(sleep=30)))
     assert not result.passed and result.score == 0
     assert "train_vit did not return its model within 9 s of receiving its training data" in result.feedback
+    # a cell that knows the channel and asks for the data itself only starts the grader's clock earlier
+    result, output = grade(zygote, notebook("""
+        import json, struct
+        head = json.dumps({"event": "inputs"}).encode()
+        os.write(3, struct.pack(">I", len(head)) + head + struct.pack(">I", 0))
+        size, got = struct.unpack(">I", os.read(4, 4))[0], 0
+        while got < size:
+            got += len(os.read(4, min(1 << 20, size - got)))
+        print("EARLY", got, flush=True)
+        time.sleep(6)                      # "training" in the cell, before the call
+
+        def train_vit(images, labels, seconds=60):
+            return FashionViT()            # returns at once
+        """))
+    assert re.search(r"EARLY \d{7}", output), output
+    assert not result.passed and re.search(r"train_vit took [67] s; it was given seconds=2", result.feedback), \
+        result.feedback
 
 
 @pytest.mark.slow
@@ -308,6 +325,14 @@ def test_threads_and_forked_processes_share_one_cpu(zygote):
     assert found, run.output
     assert found.group(1) == "1" and found.group(2) == "errno 1", run.output
     assert float(found.group(3)) <= 1.15, run.output     # 4 torch threads + 3 busy processes: one CPU's worth
+    group = zygote.cpu_group             # where the cpu controller can be used: one CPU of time for the job too
+    if group is not None:
+        assert str(zygote.proc.pid) in (group.path / "cgroup.procs").read_text().split()
+        if group.version == 2:
+            quota, period = (group.path / "cpu.max").read_text().split()
+        else:
+            quota, period = ((group.path / f"cpu.cfs_{k}_us").read_text().strip() for k in ("quota", "period"))
+        assert int(quota) == int(period)
 
 
 @pytest.mark.slow
