@@ -57,9 +57,11 @@ class Held:
 
 
 def overdue_reason(seconds: float) -> str:
+    from ..questions.ch09_training import KILL_MARGIN
+
     return (f"train_vit did not return its model within {seconds:.0f} s of receiving its training data (its "
-            f"seconds, 10% + 2 s of slack and {5:g} s for sending the parameters): the grader stopped it; the "
-            f"time is measured by the grader, not by the notebook's clock")
+            f"seconds, 10% + 2 s of slack and {KILL_MARGIN:g} s for sending the parameters): the grader stopped "
+            f"it; the time is measured by the grader, not by the notebook's clock")
 
 
 def held_back(inputs: bytes, qids) -> tuple[bytes, Held]:
