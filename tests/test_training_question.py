@@ -1,7 +1,9 @@
 """The training question (assignment 09, ``train_to_accuracy``): data, time budget, verdict.
 
-Fast tests judge fabricated predictions and run the catalogue's quick wrong answers; the slow
-one trains for the question's full minute with the course's reference recipe. The solution's
+Fast tests judge fabricated predictions (of a FashionViT's parameters, timed by a host) and run
+the catalogue's quick wrong answers; the slow one trains for the question's full minute with the
+course's reference recipe. tests/threats/test_trained_model.py holds what the grader does not
+take from the student's process (the model's predictions, its clock, the data before the probe). The solution's
 train_vit is checked through the child process by tests/test_autograder_cli.py (the solutions
 file), in the sandbox by tests/test_grading_batch.py, and in its notebook by nbval and nbgrader.
 """
@@ -16,6 +18,7 @@ import torch
 import autograder
 from autograder.hosts.driver import ban_groups
 from autograder.judging.catalogue import entry
+from autograder.judging.catalogue import ch09_training as ch09
 from autograder.judging.catalogue.ch09_training import MISTAKES, reference_train_vit
 from autograder.judging.judge import judge
 from autograder.judging.secret import SaltedSource, draw_inputs
@@ -31,9 +34,17 @@ def _labels(source=None):
         return np.asarray(I.dataset("fashion-mnist", "test", P["test"], P["seed"] + 1, "labels"))
 
 
-def _data(predictions, seconds=50.0):
-    return {"qid": Q.id, "cases": [{"outputs": {"predictions": np.asarray(predictions, dtype=np.int64),
-                                                "train_seconds": np.float64(seconds)}}]}
+def _data(predictions, seconds=50.0, monkeypatch=None):
+    """Probe data of an untrained FashionViT, timed ``seconds`` by the host, whose predictions
+    (the grader's own, made on its side) are replaced by ``predictions``."""
+    if monkeypatch is not None:
+        made = np.asarray(predictions, dtype=np.int64)
+        monkeypatch.setattr(ch09, "predictions", lambda model, images: made)
+    model = ch09.FashionViT()
+    outputs = {f"state.{k}": v.double().numpy() for k, v in model.state_dict().items()}
+    outputs["train_seconds"] = np.float64(0.0)          # the student's own clock: ignored where the host timed it
+    notes = {"modules": [[n, type(m).__name__] for n, m in model.named_modules()], "num_heads": 4}
+    return {"qid": Q.id, "cases": [{"outputs": outputs, "notes": notes, "measured_seconds": seconds}]}
 
 
 def test_the_subsets_are_real_fashion_mnist_and_depend_on_the_runs_secret():
@@ -77,23 +88,23 @@ def test_held_out_images_are_the_labelled_examples_with_noise_no_stored_copy_mat
         assert len(nearest) >= 1 and label in stored_labels[nearest]
 
 
-def test_perfect_predictions_pass_with_the_accuracy_in_the_feedback():
-    result = judge(Q, _data(_labels()))
+def test_perfect_predictions_pass_with_the_accuracy_in_the_feedback(monkeypatch):
+    result = judge(Q, _data(_labels(), monkeypatch=monkeypatch))
     assert result.passed and result.score == Q.points
     assert "accuracy 1.000 on 2,000 held-out images" in result.feedback
 
 
-def test_accuracy_threshold_is_applied_to_the_held_out_labels():
+def test_accuracy_threshold_is_applied_to_the_held_out_labels(monkeypatch):
     labels = _labels()
     rng = np.random.default_rng(0)
     for accuracy, passes in ((0.79, False), (0.81, True)):
         predictions = labels.copy()
         wrong = rng.choice(len(labels), size=int(round((1 - accuracy) * len(labels))), replace=False)
         predictions[wrong] = (labels[wrong] + 1) % 10
-        result = judge(Q, _data(predictions))
+        result = judge(Q, _data(predictions, monkeypatch=monkeypatch))
         assert result.passed is passes, result.feedback
-    assert f"accuracy {0.79:.3f}" in judge(Q, _data(np.where(np.arange(len(labels)) < 420,
-                                                             (labels + 1) % 10, labels))).feedback
+    assert f"accuracy {0.79:.3f}" in judge(Q, _data(np.where(np.arange(len(labels)) < 420, (labels + 1) % 10,
+                                                             labels), monkeypatch=monkeypatch)).feedback
 
 
 @pytest.mark.parametrize("key, predictions, seconds", [
@@ -102,20 +113,32 @@ def test_accuracy_threshold_is_applied_to_the_held_out_labels():
     ("chance", "random", 50.0),
     ("undertrained", "half", 50.0),
 ])
-def test_each_mistake_is_named_from_the_predictions(key, predictions, seconds):
+def test_each_mistake_is_named_from_the_predictions(key, predictions, seconds, monkeypatch):
     labels = _labels()
     made = {"labels": labels, "zeros": np.zeros_like(labels),
             "random": np.random.default_rng(1).integers(0, 10, size=len(labels)),
             "half": np.where(np.arange(len(labels)) % 2 == 0, labels, (labels + 3) % 10)}[predictions]
-    result = judge(Q, _data(made, seconds))
+    result = judge(Q, _data(made, seconds, monkeypatch))
     assert not result.passed and result.mistake == key, result.feedback
     mistake = next(m for m in MISTAKES if m.key == key)
     assert mistake.title in result.feedback
 
 
-def test_a_wrong_number_of_predictions_is_explained():
-    result = judge(Q, _data(np.zeros(10, dtype=np.int64)))
-    assert not result.passed and "(10,) predictions for (2000,) held-out images" in result.feedback
+def test_the_hosts_clock_counts_not_the_students(monkeypatch):
+    data = _data(_labels(), 80.0, monkeypatch)
+    data["cases"][0]["outputs"]["train_seconds"] = np.float64(1.0)     # what a patched clock would say
+    result = judge(Q, data)
+    assert not result.passed and result.mistake == "overtime" and "train_vit took 80 s" in result.feedback
+    data = _data(_labels(), None)                                     # the host never handed over the data
+    result = judge(Q, data)
+    assert not result.passed and "never handed train_vit its training data" in result.feedback
+
+
+def test_a_diverged_run_is_named_from_its_parameters():
+    data = _data(_labels())
+    data["cases"][0]["outputs"]["state.head.bias"] = np.full(10, np.nan)
+    result = judge(Q, data)
+    assert not result.passed and result.mistake == "one_class" and "head.bias holds NaN" in result.feedback
 
 
 @pytest.mark.parametrize("mistake", [m for m in MISTAKES if m.key != "overtime"], ids=lambda m: m.key)
@@ -124,24 +147,24 @@ def test_the_catalogues_quick_wrong_answers_are_rejected_and_named(mistake):
     assert not result.passed and result.mistake == mistake.key, result.feedback
 
 
-def test_answers_that_do_not_return_a_classifier_are_explained():
+def test_answers_that_do_not_return_the_given_fashionvit_are_explained():
     def returns_nothing(images, labels, seconds=60):
         return None
 
-    def floats_only(images, labels, seconds=60):
-        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))   # uint8 images fail in it
+    def linear(images, labels, seconds=60):
+        return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
 
-    class Float(torch.nn.Module):
-        def forward(self, images):
-            return images.float()
+    class Wider(ch09.FashionViT):
+        def __init__(self):
+            super().__init__()
+            self.extra = torch.nn.Linear(64, 64)
 
-    def wrong_width(images, labels, seconds=60):
-        return torch.nn.Sequential(Float(), torch.nn.Flatten(), torch.nn.Linear(784, 7))
-
-    assert "should return the trained model (an nn.Module), got NoneType" in \
+    assert "should return the trained FashionViT (an nn.Module), got NoneType" in \
         autograder.check(Q.id, returns_nothing).feedback
-    assert "it should return logits (B, 10) = (500, 10)" in autograder.check(Q.id, wrong_width).feedback
-    assert "convert them inside the model" in autograder.check(Q.id, floats_only).feedback
+    assert "the model is not the given FashionViT: it has no parameter 'patch_embed.1.weight'" in \
+        autograder.check(Q.id, linear).feedback
+    assert "the model is not the given FashionViT: extra parameters or buffers extra.weight, extra.bias" in \
+        autograder.check(Q.id, lambda images, labels, seconds=60: Wider()).feedback
 
 
 def test_the_question_brings_its_own_time_and_runs_without_a_ban():
@@ -155,8 +178,8 @@ def test_the_question_brings_its_own_time_and_runs_without_a_ban():
 
 @pytest.mark.slow
 def test_the_course_recipe_reaches_the_target_on_one_thread():
-    """The target is reachable as graded: vitref's ViT and the course's recipe, one thread,
-    within the question's seconds, on the grader's kind of subset (salted)."""
+    """The target is reachable as graded: the given FashionViT and the course's recipe, one
+    thread, within the question's seconds, on the grader's kind of subset (salted)."""
     from autograder.student.probe import probe
 
     threads = torch.get_num_threads()

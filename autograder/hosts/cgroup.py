@@ -15,6 +15,11 @@ Where it works:
 
 elsewhere :func:`job_group` returns None and only the per-process limits hold (the grader
 says so once, and the README states it).
+
+:func:`cpu_group` likewise gives a job's processes together at most one CPU of time (cgroup v2
+``cpu.max``, v1 ``cpu.cfs_quota_us``), where the ``cpu`` controller is delegated/writable. It
+backs up the pinning of the student's process to one CPU (``student.zygote._pin``, which holds
+in every sandbox mode).
 """
 from __future__ import annotations
 
@@ -54,6 +59,16 @@ class Group:
             except OSError:
                 pass
 
+    def set_cpus(self, cpus: float) -> None:
+        """At most ``cpus`` CPUs of time for the group's processes together (CFS quota)."""
+        period = 100_000
+        quota = max(1000, int(period * float(cpus)))
+        if self.version == 2:
+            (self.path / "cpu.max").write_text(f"{quota} {period}")
+        else:
+            (self.path / "cpu.cfs_period_us").write_text(str(period))
+            (self.path / "cpu.cfs_quota_us").write_text(str(quota))
+
     def enter(self) -> None:
         with open(self.path / "cgroup.procs", "w") as handle:
             handle.write(str(os.getpid()))
@@ -67,15 +82,23 @@ class Group:
         return None
 
     def remove(self) -> None:
-        try:
-            for pid in (self.path / "cgroup.procs").read_text().split():
-                try:
-                    os.kill(int(pid), 9)
-                except OSError:
-                    pass
-            os.rmdir(self.path)
-        except OSError:
-            pass
+        """Kill what is left in the group and remove it (retried for a second: a killed
+        process stays a member until it has exited, and the group cannot be removed before)."""
+        import time
+
+        for _ in range(50):
+            try:
+                for pid in (self.path / "cgroup.procs").read_text().split():
+                    try:
+                        os.kill(int(pid), 9)
+                    except OSError:
+                        pass
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
 
 
 def _candidates() -> list[tuple[Path, int]]:
@@ -113,6 +136,37 @@ def job_group(name: str, limit_bytes: int) -> Group | None:
                 path.rmdir()
             except OSError:
                 pass
+            continue
+    return None
+
+
+def cpu_group(name: str, cpus: float = 1.0) -> Group | None:
+    """Group ``name`` (in v2 the same group as :func:`job_group`'s, which a process must share)
+    with at most ``cpus`` CPUs of time, or None where the ``cpu`` controller cannot be used."""
+    candidates = []
+    unified = _own_path(None)
+    for mount in (ROOT, ROOT / "unified"):
+        if unified is not None and (mount / "cgroup.controllers").is_file():
+            candidates.append((mount / unified.lstrip("/"), 2))
+    v1 = _own_path("cpu")
+    if v1 is not None and (ROOT / "cpu").is_dir():
+        candidates.append((ROOT / "cpu" / v1.lstrip("/"), 1))
+    for parent, version in candidates:
+        path = parent / name
+        made = not path.exists()
+        try:
+            if version == 2 and "cpu" not in (parent / "cgroup.subtree_control").read_text().split():
+                continue
+            path.mkdir(exist_ok=True)
+            group = Group(path, version)
+            group.set_cpus(cpus)
+            return group
+        except OSError:
+            if made:
+                try:
+                    path.rmdir()
+                except OSError:
+                    pass
             continue
     return None
 

@@ -61,15 +61,22 @@ class LocalHost:
 
     def run(self, notebook: bytes, qids, limits, name="submission.ipynb", options=None, inputs=b"",
             timeout=None) -> RunResult:
+        from ..student.zygote import Feed
+        from .training import held_back
+
         timeout = limits.timeout if timeout is None else timeout
         work = Path(tempfile.mkdtemp(prefix="run-", dir=self.tmp))
+        inputs, held = held_back(inputs, qids)     # the training data wait for the probe that asks (Feed)
+        feed = Feed(held.data, float(held.request["held_limit"]), held.request["held_qids"])
+        data_r, data_w = os.pipe()
         try:
             path = work / name
             path.write_bytes(notebook)
-            options = dict(options or {}, timeout=timeout)
+            options = dict(options or {}, timeout=timeout, data_fd=data_r)
             if inputs:
                 (work / ".autograder-inputs.npz").write_bytes(inputs)
             out = work / "frames.bin"
+            out.touch()
             spec = work / "spec.json"
             spec.write_text(json.dumps({"path": str(path), "qids": list(qids), "options": options,
                                         "out": str(out)}), encoding="utf-8")
@@ -77,12 +84,16 @@ class LocalHost:
             started = time.monotonic()
             with open(work / "output.txt", "wb") as output:
                 process = subprocess.Popen(argv, cwd=work, env=child_env(), stdin=subprocess.DEVNULL,
-                                           stdout=output, stderr=output, start_new_session=True)
+                                           stdout=output, stderr=output, start_new_session=True,
+                                           pass_fds=(data_r,))
+                os.close(data_r)
+                data_r = -1
+                os.set_blocking(data_w, False)
                 status, code, sig = "ok", None, None
                 try:
-                    code = process.wait(timeout=timeout + GRACE)
-                except subprocess.TimeoutExpired:
-                    status = "timeout"
+                    code = _watch(process, out, feed, data_w, started + timeout + GRACE)
+                    if code is None:
+                        status = "timeout"
                 finally:
                     _kill_group(process)
                     process.wait()
@@ -92,9 +103,48 @@ class LocalHost:
                 status = "exit"
             text = (work / "output.txt").read_bytes()[-MAX_LOG:].decode("utf-8", "replace")
             data = out.read_bytes() if out.exists() else b""
-            return RunResult(status, data, code, sig, time.monotonic() - started, text)
+            return held.finish(RunResult(status, data, code, sig, time.monotonic() - started, text), feed.report())
         finally:
+            for fd in (data_r, data_w):
+                if fd >= 0:
+                    os.close(fd)
             shutil.rmtree(work, ignore_errors=True)
+
+
+def _watch(process, out: Path, feed, data_w: int, deadline: float) -> int | None:
+    """Wait for the child, reading its frames as they come to hand it the training data when it
+    asks and to time the training (:class:`autograder.student.zygote.Feed`); its exit code, or
+    None when it ran past ``deadline`` or past the training's limit (``feed.overdue``)."""
+    from ..student.zygote import frame_events
+
+    stream = bytearray()
+
+    def read_frames(frames) -> None:
+        chunk = frames.read()
+        if chunk:
+            stream.extend(chunk)
+            parsed, events = frame_events(stream, 0)
+            for event, qid in events:
+                feed.on_event(event, qid, time.monotonic())
+            del stream[:parsed]
+
+    with open(out, "rb") as frames:
+        while True:
+            read_frames(frames)
+            if feed.pending:
+                feed.write(data_w)
+            code = process.poll()
+            if code is not None:
+                read_frames(frames)            # what it wrote just before it exited
+                return code
+            now = time.monotonic()
+            training = feed.deadline()
+            if training is not None and now > training:
+                feed.overdue = True
+                return None
+            if now > deadline:
+                return None
+            time.sleep(0.002 if feed.pending else 0.02)
 
 
 def _kill_group(process) -> None:

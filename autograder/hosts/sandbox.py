@@ -75,7 +75,7 @@ class RunResult:
     def describe(self, limits: Limits) -> str:
         """Why the notebook did not finish, in words for the feedback."""
         if self.status == "timeout":
-            return f"the notebook did not finish within the time limit of {limits.timeout:g} s"
+            return self.reason or f"the notebook did not finish within the time limit of {limits.timeout:g} s"
         if self.status == "signal":
             known = self.signal in signal.Signals._value2member_map_
             name = signal.Signals(self.signal).name if known else str(self.signal)
@@ -392,6 +392,10 @@ class Zygote:
         self._child_hide = expand_hidden(self.hide) if self.mode == "namespaces" else []
         self.memory_mb = memory_mb
         self.group = None
+        self.cpu_group = None
+        # the CPU the student processes of this job are pinned to (zygote._pin): one per slot
+        cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+        self.cpu = cpus[slot % len(cpus)] if cpus else None
 
     # -- process management
     def start(self) -> None:
@@ -412,10 +416,15 @@ class Zygote:
             # until the zygote is ready (torch imported): room for its imports plus the allowance
             self.group = job_group(f"autograder-{os.getpid()}-{self.slot}",
                                    (ZYGOTE_BASE_MB + int(self.memory_mb)) << 20)
+        if self.cpu_group is None:
+            from .cgroup import cpu_group
+            # one CPU of time for the job's processes together (they are also pinned to one: zygote._pin)
+            self.cpu_group = cpu_group(f"autograder-{os.getpid()}-{self.slot}", 1.0)
+        groups = [g for g in (self.group, self.cpu_group) if g is not None]
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, env=env, cwd="/tmp",
                                      start_new_session=True,
-                                     preexec_fn=self.group.enter if self.group is not None else None)
+                                     preexec_fn=(lambda: [g.enter() for g in groups]) if groups else None)
         self._stderr = bytearray()
 
     def wait_ready(self) -> None:
@@ -448,6 +457,9 @@ class Zygote:
         if self.group is not None:
             self.group.remove()
             self.group = None
+        if self.cpu_group is not None:
+            self.cpu_group.remove()
+            self.cpu_group = None
         self._tmp.cleanup()
 
     def __enter__(self):
@@ -504,8 +516,11 @@ class Zygote:
         ``timeout``: wall seconds for this attempt (default ``limits.timeout``)."""
         if self.proc is None or self.proc.poll() is not None:
             self._restart()
+        from .training import held_back
+
         timeout = limits.timeout if timeout is None else timeout
         options = dict(options or {})
+        inputs, held = held_back(inputs, qids)     # the training data wait for the probe that asks (Feed)
         req = {"name": name, "qids": list(qids), "timeout": timeout, "notebook_size": len(notebook),
                "cell_kill": float(options.get("cell_timeout", 0)) + 2.0 if options.get("cell_timeout") else 0,
                "memory_mb": limits.memory_mb, "nproc": limits.nproc,
@@ -514,14 +529,16 @@ class Zygote:
                "hide": self._child_hide if self.mode == "namespaces" else [],
                "reexpose": blocked_ancestors([sys.base_prefix, sys.prefix, str(self.bundle)])
                if self.mode == "namespaces" else []}
+        req.update(held.request, cpu=self.cpu)
         blob = json.dumps(dict(req, size=len(notebook) + len(inputs))).encode()
         try:
-            self.proc.stdin.write(len(blob).to_bytes(4, "big") + blob + notebook + inputs)
+            self.proc.stdin.write(len(blob).to_bytes(4, "big") + blob + notebook + inputs + held.data)
             self.proc.stdin.flush()
             header, data = self._read(timeout + 60)
         except (SandboxError, OSError, ValueError) as exc:
             self._restart()
             return RunResult("error", reason=f"the grading sandbox failed: {exc}")
-        return RunResult(header.get("status", "error"), data, header.get("code"),
-                         header.get("signal"), float(header.get("wall", 0.0)),
-                         header.get("output", ""), header.get("reason", ""))
+        result = RunResult(header.get("status", "error"), data, header.get("code"),
+                           header.get("signal"), float(header.get("wall", 0.0)),
+                           header.get("output", ""), header.get("reason", ""))
+        return held.finish(result, header.get("training"))

@@ -17,6 +17,11 @@
    answer that ignores the alarm, exits or crashes costs only its own question, and no
    question's probe changes the state another one sees.
 
+A question that trains a model gets its training data only when its probe asks: the host held
+them back from the run's inputs (:mod:`autograder.hosts.training`); :func:`_fetch_held` sends
+the request frame ``{"event": "inputs"}`` and reads them from ``options["data_fd"]``, and the
+host's clock of the training starts then.
+
 Progress is streamed as frames (``cell i``, ``probe q``, ``result``/``unavailable``) so the
 grader knows, when the process dies in a cell (``os._exit``...), which cell to skip when it
 runs the notebook again.
@@ -71,6 +76,26 @@ def _load_inputs(path: str, options: dict):
     return wire.read_inputs(blob)
 
 
+def _fetch_held(emit, fd: int) -> dict:
+    """Ask the host for the inputs it held back (the training data: hosts/training.py) and
+    read them from ``fd``, where they arrive length-prefixed. The host's clock of the training
+    starts now."""
+    emit(wire.frame({"event": "inputs"}))
+
+    def read(n: int) -> bytes:
+        chunks = []
+        while n:
+            chunk = os.read(fd, min(n, 1 << 20))
+            if not chunk:
+                raise EOFError("the grader closed the channel of the training data")
+            chunks.append(chunk)
+            n -= len(chunk)
+        return b"".join(chunks)
+
+    size = int.from_bytes(read(4), "big")
+    return wire.read_inputs(read(size)).arrays if size else {}
+
+
 def payload(path: str, qids: list[str], emit, options: dict) -> None:
     """Run the submission at ``path`` and stream the probe results of ``qids`` through ``emit``."""
     from ..questions import question
@@ -93,6 +118,8 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
         emit(wire.frame({"event": "invalid", "reason": f"the inputs of this run could not be read: {error}"}))
         emit(wire.frame({"event": "done"}))
         return
+    if options.get("data_fd") is not None and hasattr(source, "fetch"):
+        source.fetch = lambda: _fetch_held(emit, int(options["data_fd"]))
     sys.meta_path.insert(0, _BlockGrader())
     stub = sys.modules["autograder"]       # the bundle's package: test cells call its check()/grade()
     stub.check = stub.grade = _noop_check

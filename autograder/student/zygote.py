@@ -11,9 +11,17 @@ Protocol (binary, over stdin/stdout of this process; stdout is reserved for it):
     request  = header + payload, header = 4-byte big-endian length + JSON
                {"name", "qids", "timeout", "memory_mb", "nproc", "fsize_mb", "uid", "tmpfs_mb"}
                payload = the notebook's bytes (its length is header["size"])
+               with "held_size", "held_limit", "held_qids": the training data held back
+               (:class:`Feed`), which follow the payload and are read only after the fork
     response = header + payload, header = JSON {"status": "ok"|"timeout"|"exit"|"signal"|
                "error", "code", "signal", "wall", "output": tail of the child's
-               stdout/stderr, "size"}, payload = what the payload function returned
+               stdout/stderr, "training": :meth:`Feed.report`, "size"}, payload = what the
+               payload function returned
+
+The student process finds the training data only by asking: it writes the frame
+``{"event": "inputs"}`` on its result stream (fd 3) and reads them, length-prefixed, from
+fd 4 (:class:`Feed`). The zygote times the training from that moment to the first result of a
+training question, and kills the run at ``held_limit`` seconds.
 
 For each request the zygote forks; the fork gets fresh namespaces (mount, pid, network,
 IPC, UTS), a fresh tmpfs as /tmp (the working directory, holding only this student's
@@ -27,6 +35,7 @@ never runs student code, so every student starts from the same clean state.
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import importlib
 import json
 import os
@@ -63,6 +72,51 @@ OUTPUT_TAIL = 8000          # bytes of the child's stdout/stderr kept for the re
 MAX_RESULT = 96 << 20       # a result larger than this is an error (bytes)
 
 _libc = ctypes.CDLL(None, use_errno=True)
+
+
+class Feed:
+    """The training data of a run, held back by the parent of the student's process (the
+    zygote; :class:`autograder.hosts.local.LocalHost` for ``check``) until the student's process
+    asks for them, and the clock of the training: from the first delivery to the first
+    ``result`` frame of one of ``qids``; past ``limit`` seconds the parent kills the run.
+
+    Every request gets a copy (4-byte length + the bytes); the clock starts at the first, so a
+    notebook cell that asks early only starts its own clock earlier."""
+
+    def __init__(self, data: bytes, limit: float, qids):
+        self.data, self.limit, self.qids = bytes(data), float(limit), set(qids)
+        self.started: float | None = None
+        self.seconds: float | None = None
+        self.qid: str | None = None
+        self.overdue = False
+        self.pending = bytearray()
+
+    def on_event(self, event, qid, now: float) -> None:
+        if event == "inputs":
+            if self.started is None:
+                self.started = now
+            self.pending += struct.pack(">I", len(self.data)) + self.data
+        elif event == "result" and qid in self.qids and self.started is not None and self.seconds is None:
+            self.seconds, self.qid = now - self.started, qid
+
+    def deadline(self) -> float | None:
+        """When the run must have sent its training result (None: no clock running)."""
+        return self.started + self.limit if self.started is not None and self.seconds is None else None
+
+    def write(self, fd: int) -> None:
+        """Send what fits into the (non-blocking) pipe now."""
+        try:
+            sent = os.write(fd, self.pending[:1 << 16])
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:                 # the student's process closed its end: nothing more to send
+            self.pending.clear()
+            return
+        del self.pending[:sent]
+
+    def report(self) -> dict:
+        return {"started": self.started is not None, "seconds": self.seconds, "qid": self.qid,
+                "overdue": self.overdue, "limit": self.limit}
 
 
 def _check(ret: int, what: str) -> None:
@@ -151,8 +205,11 @@ def _limits(req: dict) -> None:
 # grading job. Docker's default profile denies these calls for the same reason; so does the
 # sandbox, with a seccomp filter (EPERM) on the calls of the keyrings, and every call made through
 # another architecture's table (x32, i386 int 0x80), which Python never uses.
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, (248, 249, 250)),    # add_key, request_key, keyctl
-                 "aarch64": (0xC00000B7, (217, 218, 219))}
+#
+# The same filter makes ``sched_setaffinity`` fail (EPERM): the student process is pinned to one
+# CPU before it drops its privileges (:func:`_pin`), and neither it nor its children can widen that.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, (248, 249, 250, 203)),    # add_key, request_key, keyctl, sched_setaffinity
+                 "aarch64": (0xC00000B7, (217, 218, 219, 122))}
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 
@@ -189,6 +246,15 @@ def _deny_keyrings() -> bool:
     return True
 
 
+def _pin(cpu) -> None:
+    """Pin this process (and so everything it starts) to one CPU: ``cpu`` where this process may
+    use it, else the first it may use. Threads and forked processes then share that one CPU."""
+    if cpu is None or not hasattr(os, "sched_setaffinity"):
+        return
+    allowed = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {int(cpu) if int(cpu) in allowed else allowed[0]})
+
+
 def _drop_privileges(uid: int) -> None:
     for cap in range(CAP_LAST + 1):
         try:
@@ -205,7 +271,7 @@ def _drop_privileges(uid: int) -> None:
 
 
 def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
-             workdir: str) -> None:
+             workdir: str, data_r: int | None = None) -> None:
     """Runs in the innermost process: set up, drop privileges, run the payload."""
     root = os.geteuid() == 0
     uid = int(req["uid"]) if root else os.getuid()
@@ -234,10 +300,14 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
             fh.write("1000")
     except OSError:
         pass
+    data_hi = fcntl.fcntl(data_r, fcntl.F_DUPFD, 100) if data_r is not None else None
     result_fd = os.dup2(result_w, 3, inheritable=False)
-    os.closerange(4, 1 << 16)
+    if data_hi is not None:
+        os.dup2(data_hi, 4, inheritable=False)          # the training data, when the probe asks (Feed)
+    os.closerange(5 if data_hi is not None else 4, 1 << 16)
     os.setsid()             # its own session and process group: kill(0, ...) reaches only itself
     _limits(req)
+    _pin(req.get("cpu"))
     if root:
         _drop_privileges(uid)
     else:
@@ -259,6 +329,8 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
 
     options = dict(req.get("options") or {})
     options["own_pid_namespace"] = req.get("mode") != "limits"
+    if data_hi is not None:
+        options["data_fd"] = 4
     payload_fn(path, list(req["qids"]), emit, options)
     try:
         sys.stdout.flush()
@@ -332,7 +404,7 @@ def _fresh_tmp(size: str) -> None:
 
 
 def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
-          status_w: int) -> None:
+          status_w: int, data_r: int | None = None) -> None:
     """Pid 1 of the fresh pid namespace (or, in mode 'limits', a plain reaper process):
     private mounts, then fork the student process and wait for it."""
     isolated = req.get("mode") != "limits"
@@ -362,7 +434,7 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
         code = 0
         try:
             os.close(status_w)
-            _student(req, notebook, payload_fn, result_w, output_w, workdir)
+            _student(req, notebook, payload_fn, result_w, output_w, workdir, data_r)
         except SystemExit as exc:   # the payload should not let this through; be safe
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:       # noqa: BLE001 - report and leave
@@ -374,6 +446,8 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
         os._exit(code)
     os.close(result_w)
     os.close(output_w)
+    if data_r is not None:
+        os.close(data_r)
     # Reap everything (orphans of the student are re-parented to us) until the student
     # process itself is gone; its status goes to the zygote.
     while True:
@@ -401,7 +475,13 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
 def _last_event(data: bytearray, pos: int) -> tuple[int, str | None]:
     """The events of the complete frames after ``pos`` in the payload's stream (see
     :mod:`autograder.student.wire`): (new position, kind of the last one or None)."""
-    event = None
+    pos, events = frame_events(data, pos)
+    return pos, (events[-1][0] if events else None)
+
+
+def frame_events(data, pos: int) -> tuple[int, list]:
+    """The complete frames after ``pos`` in the payload's stream: (new position, [(event, qid)])."""
+    events: list = []
     while pos + 4 <= len(data):
         (n,) = struct.unpack(">I", bytes(data[pos:pos + 4]))
         if pos + 8 + n > len(data):
@@ -410,31 +490,37 @@ def _last_event(data: bytearray, pos: int) -> tuple[int, str | None]:
         if pos + 8 + n + m > len(data):
             break
         try:
-            event = str(json.loads(bytes(data[pos + 4:pos + 4 + n])).get("event"))
+            header = json.loads(bytes(data[pos + 4:pos + 4 + n]))
+            qid = header.get("qid")
+            events.append((str(header.get("event")), qid if isinstance(qid, str) else None))
         except Exception:  # noqa: BLE001 - whatever the student wrote (a header nested too deep: RecursionError)
-            event = "?"
+            events.append(("?", None))
         pos += 8 + n + m
-    return pos, event
+    return pos, events
 
 
-def run_one(req: dict, notebook: bytes, payload_fn) -> tuple[dict, bytes]:
+def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) -> tuple[dict, bytes]:
+    """Run one request; ``held_fd``: where the held-back training data (``req["held_size"]``
+    bytes) are read from, only after the fork, so the student's process never holds them."""
     result_r, result_w = os.pipe()
     output_r, output_w = os.pipe()
     status_r, status_w = os.pipe()
+    data_r, data_w = os.pipe()
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
         try:
-            for fd in (result_r, output_r, status_r, *_PROTOCOL_FDS):
+            for fd in (result_r, output_r, status_r, data_w, *_PROTOCOL_FDS):
                 os.close(fd)
             if req.get("mode") != "limits":
                 _unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
             inner = os.fork()
             if inner == 0:
-                _init(req, notebook, payload_fn, result_w, output_w, status_w)
+                _init(req, notebook, payload_fn, result_w, output_w, status_w, data_r)
             os.close(result_w)
             os.close(output_w)
             os.close(status_w)
+            os.close(data_r)
             os.waitpid(inner, 0)
             os._exit(0)
         except BaseException:  # noqa: BLE001
@@ -442,8 +528,10 @@ def run_one(req: dict, notebook: bytes, payload_fn) -> tuple[dict, bytes]:
                 os.write(2, traceback.format_exc().encode())
             finally:
                 os._exit(122)
-    for fd in (result_w, output_w, status_w):
+    for fd in (result_w, output_w, status_w, data_r):
         os.close(fd)
+    feed = Feed(b"", float(req.get("held_limit") or 0), req.get("held_qids") or ())
+    os.set_blocking(data_w, False)
     deadline = start + float(req["timeout"])
     cell_kill = float(req.get("cell_kill") or 0)   # a cell running longer than this is killed
     result, output, status = bytearray(), bytearray(), b""
@@ -451,16 +539,24 @@ def run_one(req: dict, notebook: bytes, payload_fn) -> tuple[dict, bytes]:
     timed_out = too_big = False
     parsed, cell_started = 0, None
     try:
+        if held_fd is not None and req.get("held_size"):
+            feed.data = read_exact(held_fd, int(req["held_size"]))
         while open_fds:
             now = time.monotonic()
             limit = deadline
             if cell_kill and cell_started is not None:
                 limit = min(limit, cell_started + cell_kill)
+            training = feed.deadline()
+            if training is not None and training < limit:
+                limit = training
             left = limit - now
             if left <= 0:
                 timed_out = True
+                feed.overdue = training is not None and limit == training
                 break
-            ready, _, _ = select.select(list(open_fds), [], [], left)
+            ready, writable, _ = select.select(list(open_fds), [data_w] if feed.pending else [], [], left)
+            if writable:
+                feed.write(data_w)
             for fd in ready:
                 chunk = os.read(fd, 1 << 20)
                 kind = open_fds[fd]
@@ -471,9 +567,11 @@ def run_one(req: dict, notebook: bytes, payload_fn) -> tuple[dict, bytes]:
                     result += chunk
                     if len(result) > MAX_RESULT:
                         too_big = True
-                    parsed, event = _last_event(result, parsed)
-                    if event is not None:
-                        cell_started = time.monotonic() if event == "cell" else None
+                    parsed, events = frame_events(result, parsed)
+                    for event, qid in events:
+                        feed.on_event(event, qid, time.monotonic())
+                    if events:
+                        cell_started = time.monotonic() if events[-1][0] == "cell" else None
                 elif kind == "output":
                     output += chunk
                     del output[:-OUTPUT_TAIL]
@@ -488,7 +586,9 @@ def run_one(req: dict, notebook: bytes, payload_fn) -> tuple[dict, bytes]:
         os.waitpid(pid, 0)
         for fd in open_fds:
             os.close(fd)
+        os.close(data_w)
         raise
+    os.close(data_w)
     if timed_out or too_big:
         os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
@@ -511,7 +611,7 @@ def run_one(req: dict, notebook: bytes, payload_fn) -> tuple[dict, bytes]:
             pass
         os.close(fd)
     wall = time.monotonic() - start
-    out = {"wall": round(wall, 3), "output": output.decode("utf-8", "replace")}
+    out = {"wall": round(wall, 3), "output": output.decode("utf-8", "replace"), "training": feed.report()}
     text = status.decode()
     if too_big:
         out.update(status="error", reason=f"output larger than {MAX_RESULT >> 20} MB")
@@ -569,7 +669,7 @@ def serve(payload_spec: str, preload: list[str]) -> None:
         except EOFError:
             return
         try:
-            header, result = run_one(req, notebook, payload_fn)
+            header, result = run_one(req, notebook, payload_fn, proto_in)
         except Exception as exc:  # noqa: BLE001
             header, result = {"status": "error", "reason": f"zygote: {exc!r}"}, b""
         write_frame(proto_out, header, result)

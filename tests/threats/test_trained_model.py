@@ -1,0 +1,341 @@
+"""The trained model judged by the grader (``train_to_accuracy``, assignment 09).
+
+What the student's process sends is the returned model's parameters; the grader loads them into
+its own FashionViT and predicts held-out images that never enter the sandbox. The training data
+reach the student's process only when the training probe asks for them, and the host, not the
+student's clock, times the training and stops it at its limit. The student's processes run on
+one CPU, which they cannot widen.
+"""
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import autograder
+from autograder.hosts import training
+from autograder.hosts.driver import run_submission
+from autograder.judging.catalogue.ch09_training import FashionViT, load_model
+from autograder.judging.judge import judge_outcome
+from autograder.judging.secret import public_inputs
+from autograder.student import zygote as zygote_module
+
+ROOT = Path(__file__).resolve().parents[2]
+Q = autograder.question("train_to_accuracy")
+QID = Q.id
+
+
+def _given_cell() -> str:
+    nb = json.loads((ROOT / "solutions" / "09_training" / "09_training.ipynb").read_text())
+    return next("".join(c["source"]) for c in nb["cells"]
+                if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "given")
+
+
+def _solution_cell() -> str:
+    nb = json.loads((ROOT / "solutions" / "09_training" / "09_training.ipynb").read_text())
+    return next("".join(c["source"]) for c in nb["cells"]
+                if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "train_to_accuracy_answer")
+
+
+IMPORTS = """
+import math, os, time
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from einops.layers.torch import Rearrange
+"""
+
+
+def notebook(*cells: str) -> bytes:
+    sources = [IMPORTS, _given_cell(), *[textwrap.dedent(c).strip("\n") for c in cells]]
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
+                     "source": source} for i, source in enumerate(sources)],
+          "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    return json.dumps(nb).encode()
+
+
+# --------------------------------------------------------------------------- fast
+
+
+def test_the_graders_fashionvit_is_the_notebooks_given_model():
+    namespace: dict = {}
+    exec(IMPORTS + _given_cell(), namespace)  # noqa: S102 - the locked "given" cell of the exercise, from the repo
+    theirs, ours = namespace["FashionViT"](), FashionViT()
+    assert [(k, tuple(v.shape)) for k, v in theirs.state_dict().items()] == \
+        [(k, tuple(v.shape)) for k, v in ours.state_dict().items()]
+    assert [type(m).__name__ for m in theirs.modules()] == [type(m).__name__ for m in ours.modules()]
+    ours.load_state_dict(theirs.state_dict())
+    images = torch.randint(0, 256, (8, 1, 28, 28), dtype=torch.uint8)
+    torch.testing.assert_close(theirs.eval()(images), ours.eval()(images))
+
+
+def test_the_training_data_are_held_back_from_the_inputs_and_delivered_on_request():
+    blob = public_inputs([QID, "concept_augmentation"])
+    upfront, held = training.held_back(blob, [QID, "concept_augmentation"])
+    from autograder.student.wire import read_inputs
+    assert not any(k.startswith(training.DATASET_KEY) for k in read_inputs(upfront).arrays)
+    kept = read_inputs(held.data).arrays
+    assert {k.split(", ")[5] for k in kept} == {"'images'", "'labels'"} and len(kept) == 2
+    assert held.request["held_qids"] == [QID] and held.request["held_limit"] == pytest.approx(1.1 * 60 + 2 + 5)
+    feed = zygote_module.Feed(held.data, 10.0, [QID])
+    assert feed.deadline() is None and not feed.pending          # nothing is sent before it is asked for
+    feed.on_event("result", QID, 1.0)
+    assert feed.seconds is None                                  # a result before any delivery stops no clock
+    feed.on_event("inputs", None, 5.0)
+    feed.on_event("inputs", None, 6.0)                           # asked twice: two copies, one clock
+    assert len(feed.pending) == 2 * (4 + len(held.data)) and feed.deadline() == 15.0
+    feed.on_event("result", "concept_augmentation", 8.0)
+    feed.on_event("result", QID, 9.5)
+    feed.on_event("result", QID, 30.0)
+    assert feed.report()["seconds"] == 4.5 and feed.report()["qid"] == QID and feed.deadline() is None
+
+
+def _state_case(model, **notes):
+    outputs = {f"state.{k}": v.detach().double().numpy() for k, v in model.state_dict().items()}
+    modules = [[n, type(m).__name__] for n, m in model.named_modules()]
+    return {"outputs": outputs, "notes": dict({"modules": modules, "num_heads": 4}, **notes)}
+
+
+def test_only_the_given_fashionvit_is_loaded_and_every_difference_is_named():
+    model = FashionViT()
+    assert isinstance(load_model(_state_case(model)), FashionViT)
+    wider = FashionViT(dim=96, depth=4, num_heads=6, mlp_dim=192)
+    assert load_model(_state_case(wider, num_heads=6)).head.weight.shape == (10, 96)
+    case = _state_case(model)
+    case["outputs"]["state.table"] = np.zeros((100, 784))
+    with pytest.raises(ValueError, match="not the given FashionViT: extra parameters or buffers table"):
+        load_model(case)
+    case = _state_case(model)
+    case["outputs"]["state.head.weight"] = np.zeros((10, 63))
+    with pytest.raises(ValueError, match=r"head.weight has shape \(10, 63\)"):
+        load_model(case)
+    case = _state_case(model)
+    case["notes"]["modules"][0][1] = "Lookup"
+    with pytest.raises(ValueError, match="the model itself is a Lookup, FashionViT has a FashionViT"):
+        load_model(case)
+    case = _state_case(model)
+    case["outputs"]["state.norm.weight"] = np.full(64, np.nan)
+    with pytest.raises(ValueError, match="norm.weight holds NaN or infinite values"):
+        load_model(case)
+
+
+# --------------------------------------------------------------------------- in the sandbox
+
+
+@pytest.fixture(scope="module")
+def zygote():
+    from autograder.hosts.sandbox import Zygote
+    z = Zygote(slot=7)
+    z.start()
+    try:
+        yield z
+    finally:
+        z.close()
+
+
+class _Recording:
+    """A host that keeps every RunResult (their output tails)."""
+
+    def __init__(self, host):
+        self.host, self.runs = host, []
+
+    def run(self, *args, **kwargs):
+        self.runs.append(self.host.run(*args, **kwargs))
+        return self.runs[-1]
+
+
+def grade(host, raw: bytes, timeout: float = 40.0):
+    from autograder.hosts.sandbox import Limits
+    from autograder.student.cells import read_cells
+    import tempfile
+
+    recording = _Recording(host)
+    outcome = run_submission(recording, raw, [QID], Limits(timeout=timeout), name="09_training.ipynb",
+                             inputs=public_inputs([QID]))
+    with tempfile.NamedTemporaryFile(suffix=".ipynb") as handle:
+        handle.write(raw)
+        handle.flush()
+        cells = read_cells(handle.name)
+    output = "\n".join(r.output for r in recording.runs)
+    return judge_outcome(Q, outcome, cells, flags=[]), output
+
+
+@pytest.mark.slow
+def test_a_model_that_looks_up_an_embedded_table_is_not_the_given_fashionvit(zygote):
+    result, _ = grade(zygote, notebook("""
+        TABLE = torch.randint(0, 256, (2000, 784), dtype=torch.uint8)    # an embedded copy of the test set
+        LABELS = torch.randint(0, 10, (2000,))
+
+        class Lookup(FashionViT):
+            def __init__(self):
+                super().__init__()
+                self.register_buffer("table", TABLE.float())
+                self.register_buffer("labels", LABELS)
+
+            def forward(self, images):
+                distance = torch.cdist(images.flatten(1).float(), self.table)
+                return F.one_hot(self.labels[distance.argmin(dim=1)], 10).float()
+
+        def train_vit(images, labels, seconds=60):
+            return Lookup()
+        """))
+    assert not result.passed and result.score == 0
+    assert "the model is not the given FashionViT: extra parameters or buffers table, labels" in result.feedback
+
+    # the same lookup behind a state_dict that claims to be FashionViT's: the grader's own forward runs
+    result, _ = grade(zygote, notebook("""
+        class Lookup(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fake = FashionViT()
+
+            def state_dict(self, *args, **kwargs):
+                return self.fake.state_dict()
+
+            def forward(self, images):
+                return torch.zeros(len(images), 10)
+
+        def train_vit(images, labels, seconds=60):
+            return Lookup()
+        """))
+    assert not result.passed and result.score == 0
+    assert "the model is not the given FashionViT: the model itself is a Lookup, FashionViT has a FashionViT" \
+        in result.feedback
+
+
+@pytest.mark.slow
+def test_no_cell_can_find_the_training_data_before_the_probe_asks(zygote):
+    result, output = grade(zygote, notebook("""
+        import gc
+        from autograder.questions.inputs import ProvidedSource
+        sources = [o for o in gc.get_objects() if isinstance(o, ProvidedSource)]
+        keys = [k for s in sources for k in s.arrays]
+        big = [a.shape for a in gc.get_objects() if isinstance(a, np.ndarray) and a.size >= 10_000 * 784]
+        files = sorted(os.listdir("."))
+        print("SEEN", len(sources), [k for k in keys if "dataset" in k], len(big), files, flush=True)
+
+        model = FashionViT()
+        for found in big:                  # train here, before the call, on whatever was found
+            pass
+
+        def train_vit(images, labels, seconds=60):
+            print("PROBE", tuple(images.shape), flush=True)
+            return model
+        """))
+    seen = re.search(r"SEEN (.*)", output).group(1)
+    assert seen == "1 [] 0 ['09_training.ipynb']", output      # the run's inputs object, without the data
+    assert "PROBE (10000, 1, 28, 28)" in output                  # the probe gets them
+    assert not result.passed and result.score == 0 and "accuracy 0." in result.feedback
+
+
+@pytest.mark.slow
+def test_the_training_is_timed_and_stopped_by_the_grader_not_the_notebooks_clock(zygote, monkeypatch):
+    monkeypatch.setitem(Q.cases[0].params, "seconds", 2)      # the grader's limits: 4.2 s overtime, 9.2 s kill
+    patched = """
+        import sys, time as _time
+        _time.monotonic = _time.time = _time.perf_counter = lambda: 0.0     # every clock of the process
+        sys.modules["autograder.questions.ch09_training"].time = _time       # and the probe's own module
+
+        def train_vit(images, labels, seconds=60):
+            _time.sleep({sleep})
+            return FashionViT()
+        """
+    result, _ = grade(zygote, notebook(patched.format(sleep=6)))
+    assert not result.passed and result.score == 0
+    assert re.search(r"train_vit took [67] s; it was given seconds=2", result.feedback), result.feedback
+    result, _ = grade(zygote, notebook(patched.format(sleep=30)))
+    assert not result.passed and result.score == 0
+    assert "train_vit did not return its model within 9 s of receiving its training data" in result.feedback
+    # a cell that knows the channel and asks for the data itself only starts the grader's clock earlier
+    result, output = grade(zygote, notebook("""
+        import json, struct
+        head = json.dumps({"event": "inputs"}).encode()
+        os.write(3, struct.pack(">I", len(head)) + head + struct.pack(">I", 0))
+        size, got = struct.unpack(">I", os.read(4, 4))[0], 0
+        while got < size:
+            got += len(os.read(4, min(1 << 20, size - got)))
+        print("EARLY", got, flush=True)
+        time.sleep(6)                      # "training" in the cell, before the call
+
+        def train_vit(images, labels, seconds=60):
+            return FashionViT()            # returns at once
+        """))
+    assert re.search(r"EARLY \d{7}", output), output
+    assert not result.passed and re.search(r"train_vit took [67] s; it was given seconds=2", result.feedback), \
+        result.feedback
+
+
+@pytest.mark.slow
+def test_the_check_command_times_the_training_with_its_own_clock_too(tmp_path, monkeypatch):
+    """``python -m autograder check`` (a child process, no sandbox): the same hand-over and clock."""
+    from autograder.hosts.local import check_submission
+
+    monkeypatch.setitem(Q.cases[0].params, "seconds", 2)      # the grader's limits: 4.2 s overtime, 9.2 s kill
+    path = tmp_path / "09_training.ipynb"
+    for sleep, expected in ((6, r"train_vit took [67] s; it was given seconds=2"),
+                            (30, "train_vit did not return its model within 9 s of receiving its training data")):
+        path.write_bytes(notebook(f"""
+            import time as _time
+            _time.monotonic = _time.time = _time.perf_counter = lambda: 0.0
+
+            def train_vit(images, labels, seconds=60):
+                _time.sleep({sleep})
+                return FashionViT()
+            """))
+        results, _ = check_submission(path, [QID], timeout=30)
+        assert not results[0].passed and re.search(expected, results[0].feedback), results[0].feedback
+
+
+@pytest.mark.slow
+def test_threads_and_forked_processes_share_one_cpu(zygote):
+    from autograder.hosts.sandbox import Limits
+    run = zygote.run(notebook("""
+        torch.set_num_threads(4)
+        mask = sorted(os.sched_getaffinity(0))
+        try:
+            os.sched_setaffinity(0, set(range(os.cpu_count())))
+            widened = "yes"
+        except OSError as error:
+            widened = f"errno {error.errno}"
+        start, before = time.monotonic(), os.times()
+        pids = []
+        for _ in range(3):
+            pid = os.fork()
+            if pid == 0:
+                while time.monotonic() - start < 2:
+                    pass
+                os._exit(0)
+            pids.append(pid)
+        a = torch.randn(300, 300)
+        while time.monotonic() - start < 2:
+            a @ a
+        for pid in pids:
+            os.waitpid(pid, 0)
+        after, wall = os.times(), time.monotonic() - start
+        used = sum(after[i] - before[i] for i in range(4))
+        print("CPU", len(mask), widened, round(used / wall, 2), flush=True)
+        """), ["concept_augmentation"], Limits(timeout=30))
+    found = re.search(r"CPU (\d+) (.*) ([\d.]+)", run.output)
+    assert found, run.output
+    assert found.group(1) == "1" and found.group(2) == "errno 1", run.output
+    assert float(found.group(3)) <= 1.15, run.output     # 4 torch threads + 3 busy processes: one CPU's worth
+    group = zygote.cpu_group             # where the cpu controller can be used: one CPU of time for the job too
+    if group is not None:
+        assert str(zygote.proc.pid) in (group.path / "cgroup.procs").read_text().split()
+        if group.version == 2:
+            quota, period = (group.path / "cpu.max").read_text().split()
+        else:
+            quota, period = ((group.path / f"cpu.cfs_{k}_us").read_text().strip() for k in ("quota", "period"))
+        assert int(quota) == int(period)
+
+
+@pytest.mark.slow
+def test_the_courses_solution_passes_in_the_sandbox(zygote):
+    result, output = grade(zygote, notebook(_solution_cell()), timeout=30)
+    assert result.passed and result.score == Q.points, result.feedback + output[-500:]
