@@ -734,4 +734,6 @@ def holds(question, found) -> tuple:
 def held_reason(held) -> str:
     """``held for review: ctypes, cell 3, line 1; exec, cell 4, line 2`` (grades.csv's reason)."""
     parts = [", ".join(p for p in (h.get("flag", ""), h.get("line", "")) if p) for h in held]
+    if len(parts) > 2:                   # the reason is short: the report and the result list them all
+        parts = parts[:2] + [f"{len(parts) - 2} more"]
     return "held for review: " + "; ".join(parts) if parts else ""

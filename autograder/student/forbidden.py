@@ -50,12 +50,13 @@ _ATTENTION_OPS = ("scaled_dot_product_attention", "_scaled_dot_product_attention
                   "_efficient_attention_forward", "_cudnn_attention_forward",
                   "_native_multi_head_attention", "_native_multi_head_attention.out",
                   "_transformer_encoder_layer_fwd", "_transformer_encoder_layer_fwd.out",
-                  "_triton_multi_head_attention", "_triton_scaled_dot_attention")
+                  "_triton_multi_head_attention", "_triton_scaled_dot_attention",
+                  "_flash_attention_forward_no_dropout_inplace")
 _SOFTMAX_NAMES = frozenset({"softmax", "log_softmax", "_softmax", "_log_softmax", "Softmax", "LogSoftmax",
                             "softmin", "Softmin", "special_softmax", "special_log_softmax", "gumbel_softmax",
                             "_masked_softmax", "_safe_softmax", "Softmax2d", "_sparse_softmax",
                             "_sparse_log_softmax", "_nested_tensor_softmax_with_shape",
-                            "AdaptiveLogSoftmaxWithLoss"})
+                            "AdaptiveLogSoftmaxWithLoss", "safe_softmax"})
 # torch.distributions normalises a Categorical's logits with logits - logits.logsumexp(...): a
 # log-softmax; .probs is a softmax, .log_prob(target) a cross-entropy term, .entropy() the rest
 _CATEGORICAL = ("torch.distributions.categorical:Categorical.__init__",
@@ -65,7 +66,9 @@ _CATEGORICAL = ("torch.distributions.categorical:Categorical.__init__",
                 "torch.distributions.relaxed_categorical:RelaxedOneHotCategorical.__init__",
                 "torch.distributions.mixture_same_family:MixtureSameFamily.__init__",
                 "torch.distributions.utils:logits_to_probs",
-                "torch.distributions.utils:probs_to_logits")
+                "torch.distributions.utils:probs_to_logits",
+                # exp(x - max) / sum in Python: a softmax that never reaches the softmax operator
+                "torch.distributions.transforms:SoftmaxTransform._call")
 
 FORBIDDEN: dict[str, Forbidden] = {}
 
@@ -97,7 +100,13 @@ _forbid(
                      "_scaled_dot_product_attention_math_for_mps", "_triton_multi_head_attention",
                      "_triton_scaled_dot_attention", "_transformer_encoder_layer_fwd",
                      "flex_attention", "flex_attention_hop", "math_attention", "_math_attention_inner",
-                     "sdpa_dense", "varlen_attn", "_varlen_attn"}),
+                     "sdpa_dense", "varlen_attn", "_varlen_attn", "varlen_attn_out", "_varlen_attn_out",
+                     "_flash_attention_forward", "_efficient_attention_forward", "_cudnn_attention_forward",
+                     "_flash_attention_forward_no_dropout_inplace", "scaled_dot_product_flash_attention_for_cpu",
+                     "FlexAttentionHOP", "flex_attention_autograd", "FlexAttentionAutogradOp",
+                     "trace_flex_attention", "flex_attention_autocast_cpu", "flex_attention_autocast_cuda",
+                     "_flex_attention_autocast_impl", "flex_attention_functionalize",
+                     "flex_attention_proxy_torch_dispatch_mode"}),
     aten=_ATTENTION_OPS,
     python=("torch.nn.functional:multi_head_attention_forward",
             "torch.nn.modules.activation:MultiheadAttention.forward",
@@ -133,14 +142,22 @@ _forbid(
                      "LazyBatchNorm2d", "LazyBatchNorm3d", "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d",
                      "LazyInstanceNorm1d", "LazyInstanceNorm2d", "LazyInstanceNorm3d", "batch_norm_elemt",
                      "batch_norm_stats", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-                     "cudnn_batch_norm", "miopen_batch_norm"}),
+                     "cudnn_batch_norm", "miopen_batch_norm", "_batch_norm_no_update", "_batch_norm_with_update",
+                     "_batch_norm_with_update_functional", "_native_batch_norm_legit_functional",
+                     "_native_batch_norm_legit_no_stats", "native_batch_norm_helper",
+                     "native_batch_norm_decomposition", "batch_norm_gather_stats",
+                     "batch_norm_gather_stats_with_counts", "batch_norm_update_stats", "quantized_batch_norm",
+                     "batch_norm_relu", "batch_norm1d_relu", "batch_norm2d_relu", "batch_norm3d_relu"}),
     aten=("batch_norm", "native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit.no_stats",
           "_native_batch_norm_legit_no_training", "_batch_norm_impl_index", "instance_norm",
           # batch norm over x.reshape(1, rows, dim) is a layer norm: every batch-norm kernel computes it
           "_batch_norm_with_update", "_batch_norm_with_update_functional", "_batch_norm_no_update",
           "_native_batch_norm_legit_functional", "cudnn_batch_norm", "miopen_batch_norm",
-          "batch_norm_elemt", "batch_norm_stats", "quantized::batch_norm", "quantized::batch_norm1d",
-          "quantized::batch_norm2d", "quantized::batch_norm3d", "quantized::instance_norm"),
+          "batch_norm_elemt", "batch_norm_stats", "batch_norm_gather_stats", "batch_norm_gather_stats_with_counts",
+          "batch_norm_update_stats", "quantized_batch_norm", "quantized::batch_norm", "quantized::batch_norm1d",
+          "quantized::batch_norm2d", "quantized::batch_norm3d", "quantized::instance_norm",
+          "quantized::batch_norm_relu", "quantized::batch_norm1d_relu", "quantized::batch_norm2d_relu",
+          "quantized::batch_norm3d_relu"),
 )
 _forbid(
     "cross_entropy", "PyTorch's cross-entropy or log-softmax (F.cross_entropy, nn.CrossEntropyLoss, "
@@ -148,7 +165,8 @@ _forbid(
     "this exercise asks you to write the log-softmax, the pick of the target class and the mean yourself",
     attrs=frozenset({"cross_entropy", "CrossEntropyLoss", "nll_loss", "NLLLoss", "cross_entropy_loss",
                      "nll_loss2d", "NLLLoss2d", "nll_loss_nd", "_nll_loss_nd", "nll_loss_forward",
-                     "linear_cross_entropy", "LinearCrossEntropyLoss", "AdaptiveLogSoftmaxWithLoss"})
+                     "linear_cross_entropy", "LinearCrossEntropyLoss", "AdaptiveLogSoftmaxWithLoss",
+                     "_nll_loss_forward", "nll_loss2d_forward"})
     | _SOFTMAX_NAMES,
     aten=("cross_entropy_loss", "nll_loss", "nll_loss.out", "nll_loss_nd", "nll_loss_forward",
           "nll_loss_forward.output", "nll_loss2d", "nll_loss2d_forward", "nll_loss2d_forward.output")
@@ -161,11 +179,11 @@ _forbid(
 _forbid(
     "categorical", "torch.distributions' categorical family (Categorical, OneHotCategorical, Multinomial, "
     "RelaxedOneHotCategorical, MixtureSameFamily: they normalise logits with a library log-softmax; "
-    ".probs is a softmax, .log_prob a cross-entropy term)",
+    ".probs is a softmax, .log_prob a cross-entropy term) or its SoftmaxTransform",
     "this exercise asks you to write that normalisation (exp, max and sum, or the log-softmax) yourself",
     attrs=frozenset({"Categorical", "OneHotCategorical", "OneHotCategoricalStraightThrough", "Multinomial",
                      "RelaxedOneHotCategorical", "ExpRelaxedCategorical", "MixtureSameFamily",
-                     "logits_to_probs", "probs_to_logits"}),
+                     "logits_to_probs", "probs_to_logits", "SoftmaxTransform"}),
     python=_CATEGORICAL,
 )
 _forbid(
