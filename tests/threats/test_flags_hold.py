@@ -325,6 +325,10 @@ def test_report_lists_the_held_submission(held_class):
 def test_the_saved_result_names_the_flag_of_each_held_question(held_class):
     from autograder.batch.report import load_results
     results = {r["student"]: r for r in load_results(held_class)}
-    assert [h["flag"] for q in results["native"]["questions"] for h in q["held"]] == \
-        ["ctypes"] * len(autograder.questions(A))
+    native = results["native"]["questions"]
+    assert [q["id"] for q in native] == [q.id for q in autograder.questions(A)]
+    for q in native:                          # both lines of the ctypes cell, each with its text
+        assert [(h["flag"], h["snippet"]) for h in q["held"]] == [("ctypes", "import ctypes"),
+                                                                  ("ctypes", "libc = ctypes.CDLL(None)")]
+        assert q["held"][0]["line"].endswith("line 1") and q["held"][1]["line"].endswith("line 2")
     assert all("held" not in q for q in results["honest"]["questions"])
