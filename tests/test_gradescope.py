@@ -200,3 +200,20 @@ def test_a_training_assignments_zip_fetches_its_data_at_setup(tmp_path, zip_path
     assert "load_tensors('fashion-mnist'" in training.read("setup.sh").decode()
     assert "torchvision" not in plain.read("requirements-gradescope.txt").decode()
     assert "fashion-mnist" not in plain.read("setup.sh").decode()
+
+
+def test_a_flagged_submission_is_held_at_zero_with_the_flag_in_each_output(tmp_path, zip_path):
+    """A right notebook with a construct that has no place in an answer (native code through
+    ctypes) in a cell of its own: Gradescope has no "needs review", so every question is held
+    at 0 until the instructor overrides it; each test's output names the flag, its line and
+    the automatic score, which extra_data keeps."""
+    nb = S.insert_cell(S.load(A), "import ctypes\nlibc = ctypes.CDLL(None)")
+    data = _run(_tree(tmp_path, zip_path, nb))
+    _check_format(data)
+    assert data["score"] == 0.0
+    for t in data["tests"]:
+        assert t["status"] == "failed" and t["output"].startswith("Held for review"), t
+        assert "(ctypes/cffi)" in t["output"] and "import ctypes" in t["output"], t
+        assert f"automatic score {t['max_score']:g}/{t['max_score']:g}" in t["output"], t
+    assert data["extra_data"]["held"] == POINTS
+    assert "Held for review" in data["output"]

@@ -1,5 +1,6 @@
 """ROOT/report.html after `python -m autograder grade`: per question the score distribution
-(a plot) and the most frequent named mistakes; the instructor flags; odd submissions."""
+(a plot) and the most frequent named mistakes; the submissions held for review (instructor flags);
+odd submissions."""
 from __future__ import annotations
 
 import base64
@@ -88,7 +89,11 @@ def test_flags_and_odd_submissions_sections(graded):
     _, page = graded
     flags = _text(page.split('id="flags"')[1].split('id="not-graded-normally"')[0])
     full = sum(q.points for q in autograder.questions("02_positional_encoding"))
-    assert f"flagged 02_positional_encoding {full:g}/{full:g} getattr with a computed attribute name" in flags, flags
+    # held for review: the automatic score kept, every question held, the flag with its line
+    held = ", ".join(q.id for q in autograder.questions("02_positional_encoding"))
+    assert f"flagged 02_positional_encoding {full:g}/{full:g} {held} looks up or sets an attribute of a module " \
+           f"by a computed name" in flags, flags
+    assert "getattr(builtins, name)('hello')" in flags, flags
     # the course's own set-up cell ("google.colab" in sys.modules) is not flagged in anyone's submission
     assert "honest1" not in flags and "swap1" not in flags, flags
     assert "sys.modules" not in flags, flags

@@ -267,7 +267,8 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     from autograder.hosts.driver import run_submission
     from autograder.judging import preflight
     from autograder.judging.judge import judge_outcome
-    from autograder.judging.scan import suspicious
+    from autograder.judging.scan import flags as scan_flags
+    from autograder.judging.scan import held_reason
     from autograder.student.cells import code_cells
 
     start = time.monotonic()
@@ -312,17 +313,19 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     result["status"] = outcome.status
     result["run_seconds"] = round(outcome.seconds, 3)
     try:
-        flags = suspicious(cells)
-    except Exception:  # noqa: BLE001 - flags are advice for the instructor, never a reason to fail
+        flags = scan_flags(cells)
+    except Exception:  # noqa: BLE001 - a scan that fails holds nothing; the scores are still computed
         flags = []
-    result["flags"] = flags
+    result["flags"] = [f.text() for f in flags]
     rows = []
     for q in qs:
         verdict = judge_outcome(q, outcome, cells, flags=flags)
         row = verdict.to_dict()
         row.pop("flags", None)
         row["title"] = q.title
-        row["reason"] = "" if verdict.passed else _short(verdict.feedback)
+        # a flag holds the score for review: the automatic score stays, the reason says why
+        row["reason"] = "; ".join(r for r in (held_reason(verdict.held),
+                                              "" if verdict.passed else _short(verdict.feedback)) if r)
         rows.append(row)
     return finish(rows, outcome.reason)
 

@@ -221,7 +221,9 @@ def _scores(sub, src, result: dict) -> None:
                 total = sum(q["max_score"] for q in qs)
                 earned = sum(q["score"] for q in qs)
                 grade.auto_score = cell.points * earned / total if total else 0.0
-                grade.needs_manual_grade = False
+                # a question held for review (a flag in the source) keeps its automatic score
+                # and waits for the instructor in formgrader's "needs manual grade"
+                grade.needs_manual_grade = any(q.get("held") for q in qs)
             elif result["questions"]:
                 grade.auto_score = 0.0           # a test cell no question covers
                 grade.needs_manual_grade = True

@@ -9,8 +9,9 @@ What an instructor reads after grading, to decide what to re-teach next lecture:
   title the student saw as "Looks like a known mistake: <title>"), with how many
   submissions made each; then the most frequent other reasons for a zero (an answer that
   raised, a time limit, a blank answer...);
-* the **instructor flags**: per submission, the suspicious constructs the static scan found
-  in its source (``flags``; they never change a score), to look at by hand;
+* the submissions **held for review**: per submission, the constructs the static scan flagged
+  in its source (``flags``, :func:`autograder.judging.scan.flags`) and the questions they hold
+  (``held``), to look at by hand;
 * submissions not graded normally (status other than ``ok``).
 
 Everything that comes from a submission (student names, messages) is escaped.
@@ -148,6 +149,11 @@ def baseline_flags(source_dir, assignments) -> dict[str, set]:
     return out
 
 
+def _held(result: dict) -> list[dict]:
+    """The questions of a result held for review (a flag in its source)."""
+    return [q for q in result.get("questions") or [] if isinstance(q, dict) and q.get("held")]
+
+
 def render(results: list[dict], title: str = "Grading report", baseline: dict | None = None) -> str:
     esc = html.escape
     summary = summarise(results)
@@ -193,26 +199,30 @@ def render(results: list[dict], title: str = "Grading report", baseline: dict | 
     def own(r) -> list:
         return [f for f in r.get("flags") or [] if f not in baseline.get(r["assignment"], set())]
 
-    flagged = [r for r in results if own(r)]
-    parts.append("<h2 id=\"flags\">Instructor flags</h2><p>Constructs in the source that could "
-                 "get around the checks (they never change a score: look at these notebooks by "
-                 "hand).</p>")
+    flagged = [r for r in results if own(r) or _held(r)]
+    parts.append("<h2 id=\"flags\">Held for review</h2><p>Submissions whose source has a construct with "
+                 "no place in an answer (instructor flags): every question of the submission is held "
+                 "for review. The automatic score is kept in grades.csv and the gradebook, where "
+                 "formgrader lists the held questions as needing manual grading; Gradescope shows 0 "
+                 "until you override it. Look at these notebooks by hand.</p>")
     common = sorted({(a, f) for a, fs in baseline.items() for f in fs
                      if any(f in (r.get("flags") or []) for r in results if r["assignment"] == a)})
     if common:
         parts.append("<p class=\"muted\">Not listed: flags the course's own notebook raises too "
                      "(its set-up cells): " + "; ".join(f"{esc(a)}: {esc(f)}" for a, f in common) + ".</p>")
     if flagged:
-        parts.append("<table><thead><tr><th>student</th><th>assignment</th><th>score</th>"
-                     "<th>flags</th></tr></thead><tbody>")
+        parts.append("<table><thead><tr><th>student</th><th>assignment</th><th>automatic score</th>"
+                     "<th>held questions</th><th>flags</th></tr></thead><tbody>")
         for r in sorted(flagged, key=lambda r: (r["assignment"], r["student"])):
-            flags = "".join(f"<li>{esc(str(f))}</li>" for f in own(r))
+            flags = "".join(f"<li>{esc(str(f))}</li>" for f in own(r) or r.get("flags") or [])
+            held = ", ".join(esc(str(q.get("id"))) for q in _held(r)) or "<span class=\"muted\">none</span>"
             parts.append(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
                          f"<td class=\"n\">{float(r.get('score', 0)):g}/{float(r.get('max_score', 0)):g}</td>"
+                         f"<td>{held}</td>"
                          f"<td><ul>{flags}</ul></td></tr>")
         parts.append("</tbody></table>")
     else:
-        parts.append("<p class=\"muted\">No submission was flagged.</p>")
+        parts.append("<p class=\"muted\">No submission was flagged or held.</p>")
     odd = [r for r in results if r.get("status") not in ("ok", None)]
     parts.append("<h2 id=\"not-graded-normally\">Not graded normally</h2>")
     if odd:

@@ -37,6 +37,10 @@ submission's notes), ``stdout_visibility`` (``hidden``: the log is for instructo
 ``tests``: one per question with ``name``, ``number``, ``score``, ``max_score``,
 ``status``, ``output`` (the feedback message a student sees in the notebook's check) and
 ``visibility``. A grader failure still writes a results.json (score 0, the reason).
+A question held for review (a flag in the notebook, :func:`autograder.judging.scan.flags`)
+scores 0, with the flags and the automatic score in its output, until the instructor
+overrides it (Gradescope has no "needs review" state); ``extra_data.held`` has the
+automatic scores.
 
 The paths are configurable, for testing outside Gradescope: ``AUTOGRADER_ROOT`` (default
 ``/autograder``) for the whole tree, ``AUTOGRADER_PYTHON`` for the interpreter that
@@ -251,20 +255,34 @@ def to_gradescope(result: dict, config: dict, seconds: float) -> dict:
     visibility = config.get("visibility", "visible")
     tests = []
     for i, q in enumerate(result.get("questions", []), 1):
-        tests.append({"name": f"{q['id']}: {q.get('title', q['id'])}", "number": str(i),
-                      "score": float(q["score"]), "max_score": float(q["max_score"]),
-                      "status": "passed" if q.get("passed") else "failed",
-                      "output": q.get("feedback") or q.get("reason") or "",
-                      "visibility": visibility})
+        test = {"name": f"{q['id']}: {q.get('title', q['id'])}", "number": str(i),
+                "score": float(q["score"]), "max_score": float(q["max_score"]),
+                "status": "passed" if q.get("passed") else "failed",
+                "output": q.get("feedback") or q.get("reason") or "",
+                "visibility": visibility}
+        if q.get("held"):
+            # Gradescope has no "needs review": the score is held at 0 until the instructor
+            # overrides it; the automatic score and the flags are in the output
+            flagged = "\n".join(f"- {h.get('what') or h.get('flag')} ({h.get('line')}: {h.get('snippet')})"
+                                 for h in q["held"])
+            test.update(score=0.0, status="failed",
+                        output=f"Held for review by your instructor (automatic score {float(q['score']):g}/"
+                               f"{float(q['max_score']):g}, not counted until they look at it): the notebook "
+                               f"has constructs with no place in an answer:\n{flagged}\n\n{test['output']}")
+        tests.append(test)
     score = sum(t["score"] for t in tests)
     total = sum(t["max_score"] for t in tests)
     lines = [f"{result.get('assignment')}: {score:g} / {total:g}"]
     if result.get("reason"):
         lines.append(f"Note: {result['reason']}")
+    if any(q.get("held") for q in result.get("questions", [])):
+        lines.append("Held for review: your instructor will look at this notebook before its score counts.")
     return {"score": score, "execution_time": int(round(seconds)), "output": "\n".join(lines),
             "visibility": visibility, "stdout_visibility": "hidden",
             "extra_data": {"assignment": result.get("assignment"), "status": result.get("status"),
                            "sandbox": result.get("sandbox"), "flags": result.get("flags", []),
+                           "held": {q["id"]: float(q["score"]) for q in result.get("questions", [])
+                                    if q.get("held")},
                            "notebook": result.get("notebook")},
             "tests": tests}
 

@@ -546,16 +546,19 @@ def case_rows(question: Question, data: dict) -> list[CaseRow]:
 def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> Result:
     """The verdict on one question of a submission run by a host (:mod:`autograder.hosts.driver`):
     what the student's process sent for it, the static scan of the notebook's ``cells``,
-    and the instructor's flags (:func:`autograder.judging.scan.suspicious`)."""
+    and the flags of the notebook (:func:`autograder.judging.scan.flags`; ``flags`` passes them
+    when the caller has them already). A flag holds the score for review: the automatic score
+    stays in the result, with ``held`` naming the flags (see :func:`autograder.judging.scan.holds`)."""
     import dataclasses
 
-    from .scan import scan_source, suspicious
+    from .scan import holds, scan_source
+    from .scan import flags as scan_flags
 
     points = float(question.points)
     if flags is None:
         try:
-            flags = suspicious(cells)
-        except Exception:  # noqa: BLE001 - flags are advice, never a reason to fail grading
+            flags = scan_flags(cells)
+        except Exception:  # noqa: BLE001 - a scan that fails holds nothing; the score is still computed
             flags = []
     got = outcome.probes.get(question.id)
     if got is None:
@@ -573,4 +576,5 @@ def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> 
             result = Result(question.id, False, 0.0, points,
                             f"{question.title}: the answer's outputs could not be read "
                             f"({type(error).__name__}: {str(error)[:200]})")
-    return dataclasses.replace(result, flags=tuple(flags))
+    texts = tuple(f.text() if hasattr(f, "text") else str(f) for f in flags)
+    return dataclasses.replace(result, flags=texts, held=holds(question, flags))

@@ -15,11 +15,15 @@ class Result:
     max_score: float
     feedback: str
     mistake: str | None = None  # key of the catalogue entry the answer matched, if any
-    flags: tuple = ()           # for the instructor: suspicious constructs in the source (never a score)
+    flags: tuple = ()           # for the instructor: the flagged constructs of the source, as text
+    held: tuple = ()            # the flags that hold this score for review ({"flag", "line", ...} each)
 
     def to_dict(self) -> dict:
-        return {"id": self.id, "passed": self.passed, "score": self.score, "max_score": self.max_score,
-                "feedback": self.feedback, "mistake": self.mistake, "flags": list(self.flags)}
+        out = {"id": self.id, "passed": self.passed, "score": self.score, "max_score": self.max_score,
+               "feedback": self.feedback, "mistake": self.mistake, "flags": list(self.flags)}
+        if self.held:
+            out["held"] = [dict(h) for h in self.held]
+        return out
 
     def __str__(self) -> str:
         return self.feedback

@@ -21,7 +21,7 @@ import textwrap
 import types
 from dataclasses import dataclass
 
-from ..student.forbidden import FORBIDDEN
+from ..student.forbidden import FORBIDDEN, expand
 
 VITREF_MESSAGE = ("uses vitref, the course's reference implementation: answers must be your own code "
                   "(vitref is not available when your notebook is graded)")
@@ -54,7 +54,7 @@ class Hit:
 
 def _attr_table(keys):
     table = {}
-    for key in keys:
+    for key in expand(keys):
         for attr in FORBIDDEN[key].attrs:
             table.setdefault(attr, key)
     return table
@@ -113,6 +113,9 @@ def _scan_nodes(nodes, keys, source_lines=None, offset=0, label="", roots=frozen
 
     for root in nodes:
         for node in ast.walk(root):
+            constant = _constant_getattr(node)
+            if constant is not None and constant.attr in attrs:
+                node = constant          # getattr(torch.nn, "MultiheadAttention") is torch.nn.MultiheadAttention
             if isinstance(node, ast.Attribute) and node.attr in attrs:
                 chain = _chain(node)
                 if chain and chain[0] in others:
@@ -135,6 +138,17 @@ def _scan_nodes(nodes, keys, source_lines=None, offset=0, label="", roots=frozen
                         if alias.name in attrs:
                             hits.append(Hit(attrs[alias.name], where(node)))
     return hits
+
+
+def _constant_getattr(node):
+    """``getattr(obj, "name")`` (or ``getattr(obj, "name", default)``) as the attribute access
+    ``obj.name`` it is, else None."""
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+            and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str) and node.args[1].value.isidentifier()):
+        attribute = ast.Attribute(value=node.args[0], attr=node.args[1].value, ctx=ast.Load())
+        return ast.copy_location(attribute, node)
+    return None
 
 
 def _bound_names(node) -> list[str]:
@@ -199,6 +213,8 @@ def scan_source(cells: list[str], answer_name: str, keys=()) -> list[Hit]:
     if answer_name not in definitions:
         return []
     roots, others = library_aliases(trees)
+    assigned = _Aliases(trees)
+    roots |= {name for name in assigned.modules if assigned.paths[name][0] in ("torch", "scipy")}
     hits, seen, todo = [], set(), [answer_name]
     while todo:
         name = todo.pop()
@@ -281,7 +297,7 @@ def _forbidden_objects(keys) -> dict:
     """id -> key for the library objects the exercises ``keys`` forbid (``torch.softmax``,
     ``F.softmax``, ``nn.Softmax``, ``Tensor.softmax``...), as found in loaded modules."""
     table = {}
-    for key in keys:
+    for key in expand(keys):
         f = FORBIDDEN[key]
         owners = []
         for name in _NAMESPACES:
@@ -382,91 +398,342 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
     return _dedupe(hits)
 
 
-# --------------------------------------------------------------------------- suspicious constructs
+# --------------------------------------------------------------------------- flags (held for review)
 
-_SUSPICIOUS_CALLS = {
-    "exec": "runs code built at run time (exec)",
-    "eval": "runs code built at run time (eval)",
-    "compile": "compiles code at run time (compile)",
-    "__import__": "imports a module by a computed name (__import__)",
-    "setprofile": "changes the profiler (sys.setprofile)",
-    "settrace": "changes the tracer (sys.settrace)",
-    "get_objects": "walks the garbage collector (gc.get_objects)",
-    "get_referrers": "walks the garbage collector (gc.get_referrers)",
-    "get_referents": "walks the garbage collector (gc.get_referents)",
-    "import_module": "imports a module by a computed name (importlib.import_module)",
-    "reload": "reloads a module (importlib.reload)",
-    "b64decode": "decodes hidden code or data (base64)",
-    "loads": None,   # marshal.loads / pickle.loads: flagged below only for those modules
-    "register_at_fork": "hooks into process creation (os.register_at_fork)",
-}
-_SUSPICIOUS_MODULES = {
-    "ctypes": "uses ctypes (raw memory and C calls)",
-    "marshal": "loads compiled code (marshal)",
+#: What each kind of flag means, for the instructor. A flag is a construct with no place in an
+#: exercise answer that could be used to get around the checks; every one of them holds the
+#: submission's questions for review (see :func:`flags`).
+FLAG_KINDS = {
+    "ctypes": "calls native code directly (ctypes/cffi)",
+    "getattr": "looks up or sets an attribute of a module by a computed name (getattr/setattr/delattr, "
+               "operator.attrgetter)",
+    "getattr-forbidden": "looks up a forbidden library function by its name as a string",
+    "module-dict": "reads a module's namespace as a dictionary (vars(module), module.__dict__, "
+                   "__getattribute__, __builtins__)",
+    "exec": "runs code built at run time (exec, eval, compile)",
+    "sys.modules": "reads or changes sys.modules",
     "gc": "uses the garbage collector module (gc)",
-    "importlib": "uses importlib",
-    "inspect": None,
+    "frames": "walks the call stack or reads functions' internals (frames, tracebacks, tracers, "
+              "__globals__, __closure__, __code__, __subclasses__)",
+    "autograder": "imports or changes the checker (autograder.*) beyond calling autograder.check/grade",
+    "dispatcher": "uses PyTorch's operator registration or dispatch (torch.library, torch._C._dispatch_*, "
+                  "torch.ops.load_library, torch function/dispatch modes)",
+    "torch-internals": "uses torch's internals (torch._C, torch._refs, torch._decomp, torch._prims, "
+                       "torch._higher_order_ops)",
+    "importlib": "imports modules by a computed name or changes the import system (importlib, __import__, "
+                 "sys.meta_path)",
+    "hidden-code": "loads serialized or encoded code (marshal, pickle.loads, base64 decoding, "
+                   "types.CodeType/FunctionType)",
     "signal": "changes signal handling (signal)",
-    "autograder": "refers to the checker (autograder) outside a check cell",
-}
-_SUSPICIOUS_ATTRS = {
-    "modules": "reads or changes sys.modules",
-    "_dispatch_library": "registers kernels in PyTorch's dispatcher",
-    "Library": "registers kernels in PyTorch's dispatcher (torch.library)",
-    "_refs": "uses torch's Python reference implementations (torch._refs)",
-    "_decomp": "uses torch's decompositions (torch._decomp)",
-    "__closure__": "reads function closures",
-    "__globals__": "reads function globals",
-    "__code__": "reads or replaces code objects",
-    "f_back": "walks the call stack",
-    "_getframe": "walks the call stack",
-    "__subclasses__": "walks the class hierarchy",
 }
 
 
-def suspicious(cells: list[str], check_call_names=("check", "grade")) -> list[str]:
-    """Constructs in the notebook that could get around the checks (see the module
-    docstring): one line per kind, with its first place, for the instructor."""
-    found: dict[str, str] = {}
+@dataclass(frozen=True)
+class Flag:
+    """One flagged construct: its kind (a key of :data:`FLAG_KINDS`), where it is (1-based cell
+    and line) and the line itself."""
 
-    def note(what: str, index: int, node) -> None:
-        if what and what not in found:
-            found[what] = f"cell {index + 1}, line {getattr(node, 'lineno', 0)}"
+    kind: str
+    cell: int
+    line: int
+    snippet: str
 
+    @property
+    def what(self) -> str:
+        return FLAG_KINDS[self.kind]
+
+    @property
+    def where(self) -> str:
+        return f"cell {self.cell}, line {self.line}"
+
+    def text(self) -> str:
+        return f"{self.what} ({self.where}: {self.snippet})"
+
+    def held(self) -> dict:
+        """The flag as a question's result records it (``held: [...]``)."""
+        return {"flag": self.kind, "what": self.what, "line": self.where, "snippet": self.snippet}
+
+
+_NATIVE = frozenset({"ctypes", "_ctypes", "cffi"})
+_IMPORT_SYSTEM = frozenset({"importlib", "imp", "runpy", "zipimport", "pkgutil"})
+_BUILTIN_EXEC = frozenset({"exec", "eval", "compile"})
+_FRAME_ATTRS = frozenset({"_getframe", "_current_frames", "f_back", "f_globals", "f_locals", "f_builtins",
+                          "tb_frame", "tb_next", "gi_frame", "cr_frame", "ag_frame", "__globals__",
+                          "__closure__", "__code__", "__subclasses__", "settrace", "setprofile",
+                          "gettrace", "getprofile"})
+_FRAME_PATHS = {("sys", "monitoring"), ("sys", "exc_info"), ("sys", "exception"), ("inspect", "currentframe"),
+                ("inspect", "stack"), ("inspect", "trace"), ("inspect", "getouterframes"),
+                ("inspect", "getinnerframes"), ("inspect", "getframeinfo"), ("traceback", "walk_stack"),
+                ("traceback", "walk_tb")}
+_HIDDEN_PATHS = {("pickle", "loads"), ("pickle", "Unpickler"), ("types", "CodeType"), ("types", "FunctionType"),
+                 ("base64", "b64decode"), ("base64", "b32decode"), ("base64", "b16decode"),
+                 ("base64", "b85decode"), ("base64", "a85decode"), ("base64", "decodebytes"),
+                 ("codecs", "decode")}
+_TORCH_DISPATCH = frozenset({"library", "overrides", "cpp_extension", "_python_dispatch", "_library",
+                             "_custom_ops", "_custom_op"})
+_TORCH_INTERNAL = frozenset({"_C", "_refs", "_decomp", "_prims", "_prims_common", "_higher_order_ops", "_ops",
+                             "_subclasses", "_meta_registrations", "_VF"})
+_CHECKER_CALLS = frozenset({"check", "grade"})
+_ALL_FORBIDDEN_ATTRS = frozenset().union(*(f.attrs for f in FORBIDDEN.values()))
+
+
+def _path_kind(path: list[str]) -> str | None:
+    """The flag kind of a fully resolved dotted name (``["torch", "_C", "_dispatch_library"]``)."""
+    if not path:
+        return None
+    top, pair = path[0], tuple(path[:2])
+    if top in _NATIVE:
+        return "ctypes"
+    if top == "gc":
+        return "gc"
+    if tuple(path) in {("importlib",), ("importlib", "util"), ("importlib", "util", "find_spec")}:
+        return None          # whether a module is installed (the book's set-up cells ask it)
+    if top in _IMPORT_SYSTEM or pair in {("sys", "meta_path"), ("sys", "path_hooks"),
+                                         ("sys", "path_importer_cache"), ("builtins", "__import__")}:
+        return "importlib"
+    if top == "marshal" or pair in _HIDDEN_PATHS:
+        return "hidden-code"
+    if top == "signal":
+        return "signal"
+    if pair == ("sys", "modules"):
+        return "sys.modules"
+    if pair in _FRAME_PATHS or pair in {("threading", "settrace"), ("threading", "setprofile")}:
+        return "frames"
+    if top == "builtins" and len(path) > 1 and path[1] in _BUILTIN_EXEC:
+        return "exec"
+    if top == "autograder" and len(path) > 1 and not (len(path) == 2 and path[1] in _CHECKER_CALLS):
+        return "autograder"
+    if top == "torch":
+        rest = path[1:]
+        if (any(p in _TORCH_DISPATCH for p in rest) or any(p.startswith("_dispatch") for p in rest)
+                or tuple(rest[:2]) in {("ops", "load_library"), ("ops", "import_module")}):
+            return "dispatcher"
+        if any(p in _TORCH_INTERNAL for p in rest):
+            return "torch-internals"
+    last = path[-1]
+    if last.startswith("_dispatch_") or last in ("__torch_dispatch__", "__torch_function__"):
+        return "dispatcher"
+    if len(path) > 1 and last in _FRAME_ATTRS:
+        return "frames"
+    if len(path) > 1 and last in ("__dict__", "__getattribute__", "__builtins__"):
+        return None          # decided by the caller: only on modules (an object's __dict__ is fine)
+    return None
+
+
+class _Aliases:
+    """The notebook's names for modules: bound by imports (``import torch.nn.functional as F``,
+    ``from torch import nn``) or assigned (``m = torch.ao.nn.quantizable``), with what they name."""
+
+    def __init__(self, trees):
+        self.paths: dict[str, list[str]] = {}
+        self.modules: set[str] = set()
+        assigns = []
+        for tree in trees:
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Import):
+                    for alias in node.names:
+                        if alias.asname:
+                            self.paths[alias.asname] = alias.name.split(".")
+                            self.modules.add(alias.asname)
+                        else:
+                            top = alias.name.split(".")[0]
+                            self.paths[top] = [top]
+                            self.modules.add(top)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    for alias in node.names:
+                        if alias.name == "*":
+                            continue
+                        bound = alias.asname or alias.name
+                        self.paths[bound] = node.module.split(".") + [alias.name]
+                        if alias.name[:1].islower() or alias.name[:1] == "_":
+                            self.modules.add(bound)
+                elif (isinstance(node, ast.Assign) and len(node.targets) == 1
+                      and isinstance(node.targets[0], ast.Name)):
+                    assigns.append(node)
+        for _ in range(3):                   # m = torch.nn; f = m.functional
+            for node in assigns:
+                path = self.resolve(node.value)
+                if path and path[0] in self.modules_top() and node.targets[0].id not in self.paths:
+                    self.paths[node.targets[0].id] = path
+                    self.modules.add(node.targets[0].id)
+
+    def modules_top(self) -> set[str]:
+        return {self.paths[name][0] for name in self.modules if self.paths.get(name)}
+
+    def resolve(self, node) -> list[str] | None:
+        """The dotted name an expression stands for (``F.softmax`` -> torch.nn.functional.softmax),
+        through ``sys.modules["x"]``, ``__import__("x")`` and ``importlib.import_module("x")``."""
+        parts: list[str] = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name):
+            base = self.paths.get(node.id, [node.id])
+        elif (isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant)
+              and isinstance(node.slice.value, str) and self.resolve(node.value) == ["sys", "modules"]):
+            base = node.slice.value.split(".")
+        elif (isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant)
+              and isinstance(node.args[0].value, str)
+              and self.resolve(node.func) in (["__import__"], ["builtins", "__import__"],
+                                              ["importlib", "import_module"])):
+            base = node.args[0].value.split(".")
+        else:
+            return None
+        return base + parts[::-1]
+
+    def is_module(self, node) -> bool:
+        """Whether ``node`` names a module (or something reached through one): ``torch.nn``,
+        ``F``, ``sys.modules["torch"]``; never ``self`` or a local object."""
+        path = self.resolve(node)
+        if not path:
+            return False
+        root = node
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if isinstance(root, ast.Name):
+            return root.id in self.modules
+        return True                        # sys.modules[...], __import__(...), import_module(...)
+
+
+def _bound_by_notebook(trees) -> set[str]:
+    """Names the notebook defines itself (a student's own ``compile`` is not the builtin)."""
+    names: set[str] = set()
+    for tree in trees:
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.id)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+    return names
+
+
+def _string_value(node) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def flags(cells: list[str]) -> list[Flag]:
+    """Every construct of the notebook's ``cells`` that has no place in an answer and could get
+    around the checks (:data:`FLAG_KINDS`), with its cell, line and text. The course's own
+    cells (the set-up cell's ``"google.colab" in sys.modules``, ``import autograder``, the
+    test cells' ``autograder.check``/``grade``) and honest code (``model.eval()``,
+    ``setattr(self, name, ...)``) are not flags: the tests hold every solution and right answer
+    of the course to no flag at all."""
+    parsed = []
     for index, cell in enumerate(cells):
         try:
-            tree = ast.parse(cell)
-        except SyntaxError:
+            parsed.append((index, ast.parse(cell), cell.splitlines()))
+        except (SyntaxError, ValueError, RecursionError):
             continue
-        # "name in sys.modules" only asks whether a module is loaded (the set-up cells do it)
+    trees = [tree for _, tree, _ in parsed]
+    aliases = _Aliases(trees)
+    own = _bound_by_notebook(trees) - set(aliases.paths)
+    found: list[Flag] = []
+    seen: set = set()
+
+    for index, tree, lines in parsed:
+        def note(kind: str | None, node) -> None:
+            if not kind:
+                return
+            line = getattr(node, "lineno", 0)
+            if (kind, index, line) in seen:
+                return
+            seen.add((kind, index, line))
+            text = lines[line - 1].strip()[:100] if 0 < line <= len(lines) else ""
+            found.append(Flag(kind, index + 1, line, text))
+
+        # "name in sys.modules" only asks whether a module is loaded (the set-up cell does it)
         membership = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare)
                       and all(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) for c in n.comparators}
         for node in ast.walk(tree):
             if id(node) in membership:
                 continue
-            if isinstance(node, ast.Call):
-                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-                if name in ("getattr", "setattr", "delattr") and len(node.args) >= 2 and not (
-                        isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
-                    note(f"{name} with a computed attribute name", index, node)
-                elif name == "loads" and isinstance(node.func, ast.Attribute) and _chain(node.func)[:1] in (
-                        ["marshal"], ["pickle"]):
-                    note("loads serialized code or objects (marshal/pickle.loads)", index, node)
-                elif suspicious := _SUSPICIOUS_CALLS.get(name):
-                    note(suspicious, index, node)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                modules = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
-                for module in modules:
-                    top = module.split(".")[0]
-                    if top == "autograder" and isinstance(node, ast.ImportFrom) and all(
-                            a.name in check_call_names for a in node.names):
-                        continue
-                    if top == "autograder" and isinstance(node, ast.Import) and module == "autograder":
-                        continue
-                    note(_SUSPICIOUS_MODULES.get(top) or "", index, node)
-            elif isinstance(node, ast.Attribute) and node.attr in _SUSPICIOUS_ATTRS:
-                chain = _chain(node)
-                if node.attr == "modules" and chain[:1] != ["sys"]:
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    note(_path_kind(alias.name.split(".")), node)
+            elif isinstance(node, ast.ImportFrom):
+                module = (node.module or "").split(".")
+                if node.level:
                     continue
-                note(_SUSPICIOUS_ATTRS[node.attr], index, node)
-    return [f"{what} ({where})" for what, where in found.items()]
+                note(_path_kind(module), node)
+                for alias in node.names:
+                    note(_path_kind(module + [alias.name]), node)
+                    if alias.name in ("__import__",) or (module == ["builtins"] and alias.name in _BUILTIN_EXEC):
+                        note("exec" if alias.name in _BUILTIN_EXEC else "importlib", node)
+            elif isinstance(node, ast.Attribute):
+                path = aliases.resolve(node)
+                if path:
+                    note(_path_kind(path), node)
+                if node.attr in ("__dict__", "__builtins__") and aliases.is_module(node.value):
+                    note("module-dict", node)
+                if node.attr == "__getattribute__":
+                    note("module-dict", node)
+                if path and path[0] == "autograder" and isinstance(node.ctx, (ast.Store, ast.Del)):
+                    note("autograder", node)
+                if node.attr in _FRAME_ATTRS or node.attr.startswith("_dispatch_") or node.attr in (
+                        "__torch_dispatch__", "__torch_function__"):
+                    note("frames" if node.attr in _FRAME_ATTRS else "dispatcher", node)
+            elif isinstance(node, ast.Name):
+                if node.id in own:
+                    continue
+                if node.id in _BUILTIN_EXEC:
+                    note("exec", node)
+                elif node.id == "__import__":
+                    note("importlib", node)
+                elif node.id == "__builtins__":
+                    note("module-dict", node)
+                elif node.id in aliases.paths and isinstance(node.ctx, ast.Load):
+                    note(_path_kind(aliases.paths[node.id]), node)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in (
+                    "__torch_dispatch__", "__torch_function__"):
+                note("dispatcher", node)
+            if isinstance(node, ast.Call):
+                func = aliases.resolve(node.func) or []
+                name = node.func.id if isinstance(node.func, ast.Name) else None
+                if name in ("getattr", "setattr", "delattr", "hasattr") and name not in own and len(node.args) >= 2:
+                    obj, attr = node.args[0], _string_value(node.args[1])
+                    if aliases.is_module(obj) or aliases.resolve(obj) == ["builtins"]:
+                        if attr is None:
+                            note("getattr", node)
+                        else:
+                            target = (aliases.resolve(obj) or []) + [attr]
+                            note(_path_kind(target), node)
+                            if attr in _ALL_FORBIDDEN_ATTRS:
+                                note("getattr-forbidden", node)
+                            if name in ("setattr", "delattr") and target[0] == "autograder":
+                                note("autograder", node)
+                elif name == "vars" and name not in own and node.args and aliases.is_module(node.args[0]):
+                    note("module-dict", node)
+                elif func in (["operator", "attrgetter"], ["operator", "methodcaller"]):
+                    texts = [_string_value(a) for a in node.args]
+                    if any(t is None for t in texts) or any(
+                            part in _ALL_FORBIDDEN_ATTRS for t in texts for part in (t or "").split(".")):
+                        note("getattr", node)
+    return found
+
+
+def suspicious(cells: list[str]) -> list[str]:
+    """The flags of :func:`flags` as one line each, for the instructor."""
+    return [flag.text() for flag in flags(cells)]
+
+
+def holds(question, found) -> tuple:
+    """The flags among ``found`` (:func:`flags`) that hold ``question``'s score for review: all of
+    them, for every question of the submission. A flag is where it is, not where it acts: a
+    top-level ``ctypes`` call, a patch of torch or of the checker in any cell, a ``getattr`` by
+    a computed name in a helper change what every answer computes or how it is checked, and
+    following which cells an answer depends on cannot see through the very constructs that
+    are flagged. The flags have no false positives on the course's own code (the tests hold
+    every solution and right answer to none), so holding the whole submission costs an honest
+    student nothing."""
+    return tuple(f.held() if isinstance(f, Flag) else {"flag": str(f), "what": str(f), "line": "", "snippet": ""}
+                 for f in found)
+
+
+def held_reason(held) -> str:
+    """``held for review: ctypes, cell 3, line 1; exec, cell 4, line 2`` (grades.csv's reason)."""
+    parts = [", ".join(p for p in (h.get("flag", ""), h.get("line", "")) if p) for h in held]
+    if len(parts) > 2:                   # the reason is short: the report and the result list them all
+        parts = parts[:2] + [f"{len(parts) - 2} more"]
+    return "held for review: " + "; ".join(parts) if parts else ""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 
-from .forbidden import FORBIDDEN
+from .forbidden import FORBIDDEN, expand
 
 # Every key an operator's kernel can live at: a kernel left at any one of them is a way to
 # the library function (a nested tensor reaches NestedTensorCPU, a GPU tensor CUDA...).
@@ -42,11 +42,11 @@ _IMPLICIT_ALIASES = ("CompositeImplicitAutograd", "CompositeImplicitAutogradNest
 _EXPLICIT_ALIASES = ("CompositeExplicitAutograd", "CompositeExplicitAutogradNonFunctional")
 
 
-def _dispatch_keys(op: str) -> tuple[str, ...]:
+def _dispatch_keys(op: str, namespace: str = "aten") -> tuple[str, ...]:
     import torch
 
     try:
-        implicit = torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{op}", "CompositeImplicitAutograd")
+        implicit = torch._C._dispatch_has_kernel_for_dispatch_key(f"{namespace}::{op}", "CompositeImplicitAutograd")
     except RuntimeError:
         implicit = False
     return _KEYS + (_IMPLICIT_ALIASES if implicit else _EXPLICIT_ALIASES)
@@ -70,20 +70,23 @@ def _raiser(key: str, name: str):
 
 def _overloads(ops) -> list[str]:
     """The operators named in ``ops`` with every overload this torch has (``_softmax`` ->
-    ``_softmax``, ``_softmax.out``): an overload left out would compute the same thing."""
+    ``_softmax``, ``_softmax.out``): an overload left out would compute the same thing.
+    An operator outside ``aten`` is named with its namespace (``quantized::softmax``)."""
     import torch
 
-    bases = {op.partition(".")[0] for op in ops}
-    found = list(dict.fromkeys(ops))
+    def qualified(op: str) -> str:
+        return op if "::" in op else f"aten::{op}"
+
+    bases = {qualified(op).partition(".")[0] for op in ops}
+    found = list(dict.fromkeys(qualified(op) for op in ops))
     try:
         names = torch._C._dispatch_get_all_op_names()
     except (AttributeError, RuntimeError):
-        return found
+        names = []
     for name in names:
-        namespace, _, op = name.partition("::")
-        if namespace == "aten" and op.partition(".")[0] in bases and op not in found:
-            found.append(op)
-    return found
+        if name.partition(".")[0] in bases and name not in found:
+            found.append(name)
+    return [name[len("aten::"):] if name.startswith("aten::") else name for name in found]
 
 
 def _resolve(spec: str):
@@ -104,13 +107,13 @@ class Ban:
     only when installed reversibly)."""
 
     def __init__(self):
-        self.handle = None
+        self.handles: list = []
         self.saved: list = []
 
     def undo(self) -> None:
-        if self.handle is not None:
-            self.handle.reset()
-            self.handle = None
+        for handle in self.handles:
+            handle.reset()
+        self.handles.clear()
         for owner, attr, original in reversed(self.saved):
             setattr(owner, attr, original)
         self.saved.clear()
@@ -122,28 +125,37 @@ def install(keys, reversible: bool = False, registered=()) -> Ban:
     (a probe's fork of a run started with that ban): only their Python functions are replaced
     again."""
     ban = Ban()
-    keys = [k for k in dict.fromkeys(keys) if k in FORBIDDEN]
+    keys = expand(keys)
+    registered = set(expand(registered))
     if not keys:
         return ban
     import torch
 
-    handle = torch._C._dispatch_library("IMPL", "aten", "")
+    handles: dict = {}
     for key in keys:
         if key in registered and not reversible:
             continue
         for op in _overloads(FORBIDDEN[key].aten):
-            kernel = _raiser(key, f"torch operator aten::{op}")
-            for dispatch_key in _dispatch_keys(op):
+            namespace, _, name = op.rpartition("::")
+            namespace = namespace or "aten"
+            if namespace not in handles:
                 try:
-                    handle.impl(op, dispatch_key, kernel, False)
+                    handles[namespace] = torch._C._dispatch_library("IMPL", namespace, "")
+                except RuntimeError:
+                    continue        # a namespace this torch build does not have
+            kernel = _raiser(key, f"torch operator {namespace}::{name}")
+            for dispatch_key in _dispatch_keys(name, namespace):
+                try:
+                    handles[namespace].impl(name, dispatch_key, kernel, False)
                 except RuntimeError:
                     pass            # no such operator or overload in this torch version
     if reversible:
-        ban.handle = handle
+        ban.handles = list(handles.values())
     else:
         import ctypes
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))   # keep the registrations alive...
-    del handle                                                   # ...with no reference left to undo them
+        for handle in handles.values():
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))  # keep the registrations alive...
+    handles.clear()                                              # ...with no reference left to undo them
     for key in keys:
         entry = FORBIDDEN[key]
         for spec in entry.python:

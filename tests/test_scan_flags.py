@@ -1,0 +1,190 @@
+"""The static scan's flags (:func:`autograder.judging.scan.flags`), which hold a submission's
+scores for review: none on the course's own code (every solution, exercise and book notebook,
+every right answer of tests/answers), and each kind on a minimal hostile snippet."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import autograder
+from answers import realistic_ch01_04, realistic_ch01_04_b, realistic_ch05_06, realistic_ch07_08
+from answers.solutions import ANSWERS
+from answers.variants import VARIANTS
+from autograder.judging.scan import FLAG_KINDS, flags, held_reason, holds, scan_object, scan_source
+from autograder.student.cells import code_cells
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted(REPO.glob("solutions/*/*.ipynb")) + sorted(REPO.glob("exercises/*/*.ipynb")) \
+    + sorted(REPO.glob("book/*.ipynb"))
+ANSWER_FILES = sorted((REPO / "tests" / "answers").glob("*.py"))
+
+
+def _cells(path: Path) -> list[str]:
+    cells, problem = code_cells(path.read_bytes())
+    assert not problem, (path, problem)
+    return cells
+
+
+def _right_answers() -> list[tuple[str, object]]:
+    """Every right answer the tests know: the solutions, the variants and the realistic ones."""
+    out = [(qid, answer) for qid, answer in ANSWERS.items()]
+    out += [(qid, a) for qid, answers in VARIANTS.items() for a in answers]
+    for module in (realistic_ch01_04, realistic_ch01_04_b, realistic_ch07_08):
+        out += [(qid, a) for qid, answers in module.RIGHT.items() for a in answers]
+    out += [(qid, a) for qid, a in realistic_ch05_06.RIGHT]
+    return out
+
+
+def test_the_fixtures_are_found():
+    assert len(NOTEBOOKS) >= 2 * 9 + 8 and len(ANSWER_FILES) >= 6
+    assert len(_right_answers()) > 150
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.parent.name}/{p.name}")
+def test_no_flag_on_the_course_notebooks(path):
+    assert [f.text() for f in flags(_cells(path))] == []
+
+
+@pytest.mark.parametrize("path", ANSWER_FILES, ids=lambda p: p.name)
+def test_no_flag_in_the_answer_files(path):
+    assert [f.text() for f in flags([path.read_text()])] == []
+
+
+@pytest.mark.parametrize("path", sorted(REPO.glob("solutions/*/*.ipynb")), ids=lambda p: p.name)
+def test_no_hit_in_the_solution_notebooks(path):
+    cells = _cells(path)
+    questions = autograder.questions(path.stem)
+    assert questions
+    for q in questions:
+        assert scan_source(cells, q.answer_name, q.forbidden) == [], q.id
+
+
+def test_no_hit_on_any_right_answer():
+    problems = []
+    for qid, answer in _right_answers():
+        q = autograder.question(qid)
+        hits = scan_object(answer, q.answer_name, q.forbidden)
+        if hits:
+            problems.append((qid, getattr(answer, "__qualname__", answer), [h.where for h in hits]))
+    assert problems == []
+
+
+# one minimal hostile snippet per kind of flag
+HOSTILE = {
+    "ctypes": ["import ctypes\nlib = ctypes.CDLL(None)", "from cffi import FFI"],
+    "getattr": ["import torch\nname = 'soft' + 'max'\nf = getattr(torch, name)",
+                "import torch.nn.functional as F\nsetattr(F, 'x' + 'y', 1)",
+                "import torch\nm = torch.nn\ng = getattr(m, ''.join(['Multihead', 'Attention']))",
+                "from operator import attrgetter\nf = attrgetter('nn.MultiheadAttention')"],
+    "getattr-forbidden": ["import torch\nM = getattr(torch.ao.nn.quantizable, 'MultiheadAttention')",
+                          "import torch.distributions as D\nC = getattr(D, 'Categorical')"],
+    "module-dict": ["import torch\nd = vars(torch.nn)", "import torch\nd = torch.nn.__dict__['Softmax']",
+                    "b = __builtins__"],
+    "exec": ["exec('x = 1')", "y = eval('1 + 1')", "c = compile('1', 'f', 'eval')",
+             "import builtins\nbuiltins.exec('1')"],
+    "sys.modules": ["import sys\nt = sys.modules['torch']", "from sys import modules"],
+    "gc": ["import gc\nobjects = gc.get_objects()"],
+    "frames": ["import sys\nf = sys._getframe(1)", "import inspect\nf = inspect.currentframe()",
+               "try:\n    1 / 0\nexcept Exception as e:\n    g = e.__traceback__.tb_frame.f_globals",
+               "def f():\n    pass\ncode = f.__code__", "import sys\nsys.settrace(None)"],
+    "autograder": ["import autograder.student.probe", "from autograder.student import probe",
+                   "import autograder\nautograder.check = lambda *a: None",
+                   "import autograder\nqs = autograder.questions()",
+                   "import autograder\nsetattr(autograder, 'grade', print)"],
+    "dispatcher": ["import torch\nlib = torch.library.Library('aten', 'IMPL')",
+                   "import torch\ntorch._C._dispatch_library('IMPL', 'aten', '')",
+                   "import torch\ntorch.ops.load_library('x.so')",
+                   "class T:\n    def __torch_function__(self, f, t, a=(), k=None):\n        return 1"],
+    "torch-internals": ["import torch\nx = torch._C._VariableFunctions", "import torch\ny = torch._refs.softmax",
+                        "from torch._decomp import decomposition_table"],
+    "importlib": ["import importlib\nm = importlib.import_module('torch')", "m = __import__('torch')",
+                  "import sys\nsys.meta_path.insert(0, None)"],
+    "hidden-code": ["import marshal", "import pickle\nf = pickle.loads(b'')",
+                    "import base64\nb = base64.b64decode('')"],
+    "signal": ["import signal\nsignal.alarm(0)"],
+}
+
+
+def test_every_kind_has_hostile_snippets():
+    assert set(HOSTILE) == set(FLAG_KINDS)
+
+
+@pytest.mark.parametrize("kind, snippet", [(k, s) for k, snippets in HOSTILE.items() for s in snippets],
+                         ids=[f"{k}-{i}" for k, snippets in HOSTILE.items() for i, _ in enumerate(snippets)])
+def test_each_kind_fires_on_its_hostile_snippet(kind, snippet):
+    found = flags(["import numpy as np", snippet])
+    assert kind in {f.kind for f in found}, [f.text() for f in found]
+    flag = next(f for f in found if f.kind == kind)
+    assert flag.cell == 2 and 1 <= flag.line <= snippet.count("\n") + 1
+    assert flag.snippet == snippet.splitlines()[flag.line - 1].strip()
+
+
+HONEST = '''
+import sys
+import importlib.util
+import torch
+import torch.nn.functional as F
+from torch import nn
+import autograder
+from autograder import check, grade
+
+if "google.colab" in sys.modules or importlib.util.find_spec("vitref") is None:
+    pass
+
+
+class Heads(nn.Module):
+    def __init__(self, n):
+        super().__init__()
+        for i in range(n):
+            setattr(self, f"head{i}", nn.Linear(4, 4))
+        self.n = n
+
+    def forward(self, x):
+        return torch.stack([getattr(self, f"head{i}")(x) for i in range(self.n)])
+
+
+model = Heads(2)
+model.eval()
+out = model(torch.randn(3, 4)).softmax(-1) if hasattr(model, "n") else None
+state = {k: v for k, v in model.state_dict().items()}
+print(autograder.check("q5", Heads))
+print(autograder.grade("q5", Heads))
+compiled = torch.compile
+'''
+
+
+def test_honest_lookalikes_are_not_flags():
+    """model.eval(), setattr/getattr on self, the set-up cells, the checker's own calls."""
+    assert [f.text() for f in flags([HONEST])] == []
+
+
+def test_a_students_own_eval_or_compile_is_not_the_builtin():
+    assert flags(["def compile(x):\n    return x\n\ny = compile(3)"]) == []
+
+
+def test_the_flags_hold_every_question_and_say_where():
+    found = flags(["import torch", "import ctypes\n", "x = eval('1')"])
+    assert [(f.kind, f.cell, f.line) for f in found] == [("ctypes", 2, 1), ("exec", 3, 1)]
+    held = holds(autograder.question("softmax"), found)
+    assert [h["flag"] for h in held] == ["ctypes", "exec"]
+    assert held[0]["line"] == "cell 2, line 1" and held[0]["snippet"] == "import ctypes"
+    assert held_reason(held) == "held for review: ctypes, cell 2, line 1; exec, cell 3, line 1"
+
+
+def test_a_constant_getattr_is_the_attribute_access_it_spells():
+    """getattr(module, "Name") is module.Name: a hit for the questions that forbid it."""
+    sources = {
+        "attention": "def attention(q, k, v):\n    return getattr(torch.nn, 'MultiheadAttention')",
+        "attention_via_alias": "Q = torch.ao.nn.quantizable\ndef attention(q, k, v):\n"
+                               "    return getattr(Q, 'MultiheadAttention')(4, 2)",
+        "attention_import_alias": "import torch.ao.nn.quantizable as Qz\ndef attention(q, k, v):\n"
+                                  "    return getattr(Qz, 'MultiheadAttention', None)",
+    }
+    for label, source in sources.items():
+        hits = scan_source(["import torch", textwrap.dedent(source)], "attention", ("attention",))
+        assert [h.key for h in hits] == ["attention"], label
+    # a constant getattr on an object that is not a module is nothing
+    assert scan_source(["def attention(q, k, v):\n    return getattr(q, 'MultiheadAttention', 1)"],
+                       "attention", ("attention",)) == []
