@@ -91,7 +91,9 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs:
     culprit cell if its process dies), all within one budget of ``limits.timeout``; then,
     without any ban, the questions that forbid nothing and were hindered by their group's."""
     from ..questions import question
+    from ..student.cells import code_only
 
+    raw = code_only(raw, name)      # the student's process sees its code, nothing else of the file
     outcome = Outcome()
     state = {"skip": [], "notes": [], "started": time.monotonic(), "forbidden_in_cells": False}
     # a training question brings its own time (Question.seconds) on top of the submission's budget

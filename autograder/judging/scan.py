@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import ast
 import inspect
+import io
 import sys
 import textwrap
+import tokenize
 import types
 from dataclasses import dataclass
 
@@ -425,7 +427,19 @@ FLAG_KINDS = {
     "hidden-code": "loads serialized or encoded code (marshal, pickle.loads, base64 decoding, "
                    "types.CodeType/FunctionType)",
     "signal": "changes signal handling (signal)",
+    "embedded-data": "embeds a large amount of data in its source (long string, bytes or integer literals, "
+                     "long comments, long lists of numbers: e.g. weights trained elsewhere or a copy of a data set)",
 }
+
+#: The most data an honest notebook holds outside its code: characters of string and bytes
+#: literals, of comments and of very long integer literals (as hexadecimal digits) in all code
+#: cells together, and numbers written in list/tuple/set literals. The student's process can
+#: read all of that (its own source), so a notebook could carry weights trained elsewhere (the
+#: 09_training FashionViT has about 10^5 parameters) or a copy of a data set in it. The course's
+#: notebooks stay far below both limits (the largest chapter: 10,000 such characters and 81
+#: numbers; the largest solution notebook: 2,500 and 22).
+MAX_LITERAL_CHARS = 20_000
+MAX_LITERAL_NUMBERS = 1_000
 
 
 @dataclass(frozen=True)
@@ -710,7 +724,53 @@ def flags(cells: list[str]) -> list[Flag]:
                     if any(t is None for t in texts) or any(
                             part in _ALL_FORBIDDEN_ATTRS for t in texts for part in (t or "").split(".")):
                         note("getattr", node)
+    _embedded_data(cells, parsed, found)
     return found
+
+
+def _embedded_data(cells: list[str], parsed, found: list) -> None:
+    """One ``embedded-data`` flag when the notebook's literals and comments hold more data than
+    an answer needs (:data:`MAX_LITERAL_CHARS`, :data:`MAX_LITERAL_NUMBERS`), at its largest one.
+    A cell that does not parse counts whole (its text is still readable by the other cells)."""
+    chars = numbers = 0
+    largest = (0, 0, 0)                 # (size, cell index, line)
+    parsed_cells = {index for index, _tree, _lines in parsed}
+    for index, cell in enumerate(cells):
+        if index not in parsed_cells:
+            chars += len(cell)
+            if len(cell) > largest[0]:
+                largest = (len(cell), index, 1)
+    for index, tree, lines in parsed:
+        for line_number, size in _comments("\n".join(lines)):
+            chars += size
+            if size > largest[0]:
+                largest = (size, index, line_number)
+        for node in ast.walk(tree):
+            size = 0
+            if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
+                size = len(node.value)
+                chars += size
+            elif isinstance(node, ast.Constant) and type(node.value) is int and node.value.bit_length() > 64:
+                size = node.value.bit_length() // 4
+                chars += size
+            elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+                size = sum(isinstance(e, ast.Constant) and type(e.value) in (int, float, complex) for e in node.elts)
+                numbers += size
+            if size > largest[0]:
+                largest = (size, index, getattr(node, "lineno", 0))
+    if chars > MAX_LITERAL_CHARS or numbers > MAX_LITERAL_NUMBERS:
+        _size, index, line = largest
+        found.append(Flag("embedded-data", index + 1, line,
+                          f"{chars:,} characters of literals and comments, {numbers:,} numbers in literals"))
+
+
+def _comments(source: str) -> list[tuple[int, int]]:
+    """(line, length) of each comment of ``source`` (a cell that parsed)."""
+    try:
+        return [(token.start[0], len(token.string))
+                for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.COMMENT]
+    except (tokenize.TokenError, SyntaxError, ValueError):
+        return [(1, len(source))]
 
 
 def suspicious(cells: list[str]) -> list[str]:

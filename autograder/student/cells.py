@@ -99,6 +99,32 @@ def read_cells(path) -> list[str]:
     raise SubmissionError(f"{path}: expected a notebook (.ipynb) or a Python file (.py)")
 
 
+def code_only(raw: bytes, name: str = "submission.ipynb") -> bytes:
+    """The submission as the student's process receives it: a notebook of its code cells'
+    sources only. Markdown, raw cells, saved outputs, attachments and metadata stay with the
+    grader, so nothing the student's code can read in its own notebook file holds more than the
+    code the static scan saw (no data set or trained weights hidden in an output or a markdown
+    cell). A Python file, or bytes that are not a notebook, are passed on as they are (the
+    runner reports what is wrong with them)."""
+    if name.endswith(".py"):
+        return raw
+    try:
+        notebook = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return raw
+    if not isinstance(notebook, dict) or not isinstance(notebook.get("cells"), list):
+        return raw
+    cells = []
+    for cell in notebook["cells"]:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            source = cell.get("source", "")
+            if isinstance(source, list):
+                source = "".join(str(part) for part in source)
+            cells.append({"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+                          "source": source if isinstance(source, str) else ""})
+    return json.dumps({"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}).encode()
+
+
 def code_cells(raw: bytes, name: str = "submission.ipynb") -> tuple[list[str], str]:
     """(code cells as plain Python, problem) of a submission's bytes; problem is "" when it
     is readable, else why not (not UTF-8, invalid JSON, no cells...)."""
