@@ -73,6 +73,9 @@ def test_no_hit_on_any_right_answer():
 
 # one minimal hostile snippet per kind of flag
 HOSTILE = {
+    "embedded-data": ["WEIGHTS = '" + "A" * 25_000 + "'",
+                      "W = [" + ", ".join(str(i % 10) for i in range(1_500)) + "]",
+                      "import torch\n" + "# " + "QUJD" * 6_000 + "\nx = 1"],
     "ctypes": ["import ctypes\nlib = ctypes.CDLL(None)", "from cffi import FFI"],
     "getattr": ["import torch\nname = 'soft' + 'max'\nf = getattr(torch, name)",
                 "import torch.nn.functional as F\nsetattr(F, 'x' + 'y', 1)",
@@ -118,7 +121,7 @@ def test_each_kind_fires_on_its_hostile_snippet(kind, snippet):
     assert kind in {f.kind for f in found}, [f.text() for f in found]
     flag = next(f for f in found if f.kind == kind)
     assert flag.cell == 2 and 1 <= flag.line <= snippet.count("\n") + 1
-    assert flag.snippet == snippet.splitlines()[flag.line - 1].strip()
+    assert flag.snippet == snippet.splitlines()[flag.line - 1].strip()[:100]   # flags quote 100 characters
 
 
 HONEST = '''

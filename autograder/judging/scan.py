@@ -760,8 +760,9 @@ def _embedded_data(cells: list[str], parsed, found: list) -> None:
                 largest = (size, index, getattr(node, "lineno", 0))
     if chars > MAX_LITERAL_CHARS or numbers > MAX_LITERAL_NUMBERS:
         _size, index, line = largest
-        found.append(Flag("embedded-data", index + 1, line,
-                          f"{chars:,} characters of literals and comments, {numbers:,} numbers in literals"))
+        lines = cells[index].splitlines()
+        text = lines[line - 1].strip()[:100] if 0 < line <= len(lines) else ""
+        found.append(Flag("embedded-data", index + 1, line, text))
 
 
 def _comments(source: str) -> list[tuple[int, int]]:

@@ -39,7 +39,8 @@ def _weights_text(count: int) -> str:
 
 
 def test_trained_weights_in_a_string_literal_are_held_for_review():
-    cells = ["import torch", f"WEIGHTS = {_weights_text(105_000)!r}", "def train_vit(images, labels, seconds=60):\n    pass"]
+    cells = ["import torch", f"WEIGHTS = {_weights_text(105_000)!r}",
+             "def train_vit(images, labels, seconds=60):\n    pass"]
     found = [f for f in flags(cells) if f.kind == "embedded-data"]
     assert len(found) == 1 and found[0].cell == 2 and found[0].line == 1
 
