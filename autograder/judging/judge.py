@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from ..questions.base import Case, Question
-from ..student.probe import BadOutput, CaseFailure, ProbeCase, describe_exception
+from ..student.probe import BadOutput, CaseFailure, ProbeCase, describe_exception, float64_input
 from .catalogue import entry
-from .messages import compare, outputs_equal, precision_problem
+from .messages import compare, loosely_equal, outputs_equal, precision_problem
 from .model import Result
 from .params import AlignmentError, P, TamperError, candidate_state_dicts, describe_params, student_params
 from .scan import describe as describe_shortcut
@@ -78,7 +78,7 @@ class JudgeCase(ProbeCase):
         import torch
         array = np.array(array, copy=True)
         if array.dtype.kind == "f":
-            array = array.astype(np.float64)
+            array = float64_input(array) if dtype == "float64" else array.astype(np.float64)
         tensor = torch.from_numpy(array)
         if requires_grad:
             tensor.requires_grad_(True)
@@ -555,9 +555,9 @@ def verify_parameters(question: Question, cases: list) -> None:
 
 
 def _outputs_matching(question: Question, case: Case, got: dict, expected: dict) -> int:
-    """How many of ``expected``'s outputs ``got`` matches."""
-    return sum(name in got and compare(name, got[name], value, case, question.outputs.get(name, "")) is None
-               for name, value in expected.items())
+    """How many of ``expected``'s outputs ``got`` matches (to float32's precision: an answer
+    that lost float64's is closest to the reference it would otherwise match)."""
+    return sum(name in got and loosely_equal(name, got[name], value, case) for name, value in expected.items())
 
 
 def _compare_outputs(question: Question, case: Case, got: dict, expected: dict) -> str | None:
@@ -571,11 +571,15 @@ def _compare_outputs(question: Question, case: Case, got: dict, expected: dict) 
 
 
 def _compare_case(question: Question, case: Case, student_case: dict, expected: dict) -> str | None:
-    """A parameter the reference trains and the answer does not (cases with ``param_grads``),
-    then the outputs, then the parameters' gradients."""
+    """In order: a parameter the reference trains and the answer does not (cases with
+    ``param_grads``); an output right only to float32's precision in a float64 case; the
+    outputs; the parameters' gradients."""
     checked = case.params.get("param_grads")
+    got = student_case.get("outputs") or {}
     message = _compare_param_grads(case, student_case, expected, presence=True) if checked else None
-    message = message or _compare_outputs(question, case, student_case.get("outputs") or {}, expected)
+    message = message or next((m for name, value in expected.items() if name in got
+                               for m in [precision_problem(name, got[name], value, case)] if m), None)
+    message = message or _compare_outputs(question, case, got, expected)
     if message is None and checked:
         message = _compare_param_grads(case, student_case, expected)
     return message
@@ -606,7 +610,8 @@ def _compare_param_grads(case: Case, student_case: dict, expected: dict, presenc
         if got.shape == value.shape and np.any(value) and not np.any(got):
             return (f"the gradient of the parameter {name} is zero: the output does not depend on it through "
                     f"autograd (detached with .detach() or .data, or not used)")
-        message = None if presence else compare(f"the gradient of the parameter {name}", got, value, case)
+        message = None if presence else compare(f"the gradient of the parameter {name}", got, value, case,
+                                                key="param_grads")
         if message:
             return message
     return None

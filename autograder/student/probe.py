@@ -89,6 +89,18 @@ def shape_of(value) -> str:
     return type(value).__name__
 
 
+FLOAT64_NUDGE = 1 + 3 * 2.0 ** -27
+
+
+def float64_input(array) -> np.ndarray:
+    """A float64 case's input (``rec.tensor(..., dtype="float64")``), on both sides: the drawn
+    values (float32 numbers) times ``1 + 3 * 2**-27``, exactly (a product of 24 and 28
+    significant bits fits float64's 53). The inputs then hold digits float32 cannot: an
+    answer that goes through float32 anywhere loses them (~1e-8 relative), which the judge
+    sees in the values (a float32 round trip of float32 numbers would be exact)."""
+    return np.asarray(array, dtype=np.float64) * FLOAT64_NUDGE
+
+
 # --------------------------------------------------------------------------- exceptions
 
 
@@ -137,12 +149,12 @@ class ProbeCase:
     # inputs -------------------------------------------------------------
     def tensor(self, array: np.ndarray, dtype: str | None = None, requires_grad: bool = False):
         """The torch tensor the answer receives: float32 for float data, or float64 when
-        ``dtype="float64"`` (the answer must then keep float64); ``requires_grad`` for the
+        ``dtype="float64"`` (:func:`float64_input`: the answer must then keep float64); ``requires_grad`` for the
         gradient checks."""
         import torch
         tensor = torch.from_numpy(np.array(array, copy=True))
         if dtype == "float64" and tensor.is_floating_point():
-            tensor = tensor.double()
+            tensor = torch.from_numpy(float64_input(array))
         if requires_grad:
             tensor.requires_grad_(True)
         return tensor
