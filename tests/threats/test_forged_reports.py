@@ -281,12 +281,13 @@ def test_a_claimed_bias_must_show_in_the_outputs():
         seed = int(question_case.params.get("seed", 0))
         record = case["modules"][0]
         i = len(record["params"])
-        shape = [record["params"][0][1][0]]
+        weight = next(p for p in record["params"] if p[0] == "projection.1.weight")
+        shape = [weight[1][0]]                                     # (emb_size,)
         record["params"].append(["projection.1.bias", shape, "linear"])
         record["values"][str(i)] = inputs.param_values(tuple(shape), seed, 0, i, "projection.1.bias").astype(
             np.float64)
     result = _verdict("q2", forged)
-    assert result.score == 0, result.feedback
+    assert result.score == 0 and "patch_embeddings" in result.feedback, result.feedback
 
 
 def test_forged_error_and_fatal_fields_only_cost():
