@@ -25,6 +25,8 @@ from .params import AlignmentError, P, TamperError, candidate_state_dicts, descr
 from .scan import describe as describe_shortcut
 
 MAX_CANDIDATES = 18
+# a reference gradient this large is not a rounding error of a zero one (the keys' bias: ~1e-17)
+CLEARLY_NONZERO = 1e-6
 
 
 # --------------------------------------------------------------------------- the judge-side recorder
@@ -602,12 +604,15 @@ def _compare_param_grads(case: Case, student_case: dict, expected: dict, presenc
         if wanted is not True and not _wanted(name, wanted):
             continue            # a parameter this exercise does not use yet (e.g. positions before Q4)
         got = (records[m].get("grads") or {}).get(str(i))
+        trained = float(np.max(np.abs(value), initial=0.0)) > CLEARLY_NONZERO
+        if got is None and not trained:
+            continue            # the reference's gradient is zero too (the keys' bias): nothing to train
         if got is None:
             return (f"the gradient of the parameter {name} is missing: no gradient reaches it, so it would never "
                     f"be trained (frozen with requires_grad=False, or detached from the output with .detach() "
                     f"or .data)")
         got = np.asarray(got)
-        if got.shape == value.shape and np.any(value) and not np.any(got):
+        if got.shape == value.shape and trained and not np.any(got):
             return (f"the gradient of the parameter {name} is zero: the output does not depend on it through "
                     f"autograd (detached with .detach() or .data, or not used)")
         message = None if presence else compare(f"the gradient of the parameter {name}", got, value, case,
