@@ -2,7 +2,11 @@
 
 It trusts nothing from the student's process but plain arrays: inputs are rebuilt here, the
 parameter values are regenerated here (:func:`autograder.judging.params.student_params`), and every
-reference and every catalogue variant is computed here, in float64.
+reference and every catalogue variant is computed here, in float64. Properties are decided from
+values too: a float64 case must agree with the float64 reference to float64 precision
+(:data:`autograder.judging.messages.RTOL64`), every parameter gradient the reference has must
+arrive as an array equal to the reference's (:func:`_compare_param_grads`), and where the
+exercise's layers have biases, a candidate that would fill a missing bias with zeros is refused.
 """
 from __future__ import annotations
 
@@ -13,14 +17,16 @@ from typing import Any
 import numpy as np
 
 from ..questions.base import Case, Question
-from ..student.probe import BadOutput, CaseFailure, ProbeCase, describe_exception
+from ..student.probe import BadOutput, CaseFailure, ProbeCase, describe_exception, float64_input
 from .catalogue import entry
-from .messages import compare, outputs_equal
+from .messages import compare, loosely_equal, outputs_equal, precision_problem
 from .model import Result
 from .params import AlignmentError, P, TamperError, candidate_state_dicts, describe_params, student_params
 from .scan import describe as describe_shortcut
 
 MAX_CANDIDATES = 18
+# a reference gradient this large is not a rounding error of a zero one (the keys' bias: ~1e-17)
+CLEARLY_NONZERO = 1e-6
 
 
 # --------------------------------------------------------------------------- the judge-side recorder
@@ -43,6 +49,19 @@ def module_params(module) -> list[P]:
     return out
 
 
+class Observed(dict):
+    """A variant's outputs (name -> array), and ``param_grads``: ``(module index, student
+    parameter index) -> array or None``, the variant's gradient of each of the student's
+    parameters (mapped back through the candidate's layout), None where the variant's
+    output does not reach it. Only the keys of the dict are outputs (diagnoses iterate them)."""
+
+    param_grads: dict
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.param_grads = {}
+
+
 class JudgeCase(ProbeCase):
     """``run_case``'s recorder in the grader: float64 inputs, the student's weights."""
 
@@ -52,15 +71,16 @@ class JudgeCase(ProbeCase):
                  verify: bool):
         self.question, self.case, self.index = question, case, index
         self.student_case, self.candidate, self.verify = student_case, candidate, verify
-        self.outputs, self.modules, self.notes, self.error = {}, [], {}, None
-        self.built = 0
+        self.outputs: Observed = Observed()
+        self.modules, self.error = [], None
+        self.built: list = []           # (module, record index, target name -> student entry ids)
         self.candidates_seen = 1
 
     def tensor(self, array, dtype=None, requires_grad=False):
         import torch
         array = np.array(array, copy=True)
         if array.dtype.kind == "f":
-            array = array.astype(np.float64)
+            array = float64_input(array) if dtype == "float64" else array.astype(np.float64)
         tensor = torch.from_numpy(array)
         if requires_grad:
             tensor.requires_grad_(True)
@@ -71,25 +91,61 @@ class JudgeCase(ProbeCase):
         torch.manual_seed(int(value))
 
     def grads(self, out, upstream, inputs: dict, module=None, params: bool = False):
+        """The inputs' gradients as outputs, and with ``params`` the gradient of every
+        parameter of the modules built here, in float64, mapped back onto the student's
+        parameters (``self.outputs.param_grads``)."""
         import torch
+        named = []
+        if params:
+            for built, m, index in self.built:
+                for name, param in built.named_parameters():
+                    if param.requires_grad:
+                        named.append((m, index[name], param))
+        wrt = list(inputs.values()) + [param for _, _, param in named]
         with torch.enable_grad():
-            found = torch.autograd.grad((out * upstream.to(out.dtype)).sum(), list(inputs.values()),
-                                        allow_unused=True)
+            found = torch.autograd.grad((out * upstream.to(out.dtype)).sum(), wrt, allow_unused=True)
         for (name, tensor), grad in zip(inputs.items(), found):
             self.output(f"grad_{name}", grad if grad is not None else torch.zeros_like(tensor))
+        if params:
+            self.outputs.param_grads.update(self._student_layout(named, found[len(inputs):]))
+
+    def _student_layout(self, named, found) -> dict:
+        """The gradients of the target parameters, carried back onto the student's parameters:
+        the candidate is a gather (each target entry is a student entry, or a zero fill), so
+        the gradient of a student entry is the sum of the gradients of the target entries it
+        fills. A student parameter none of whose entries is reached gets None."""
+        import torch
+
+        records = self.student_case.get("modules") or []
+        by_module: dict = {}
+        for (m, ids, _), grad in zip(named, found):
+            if grad is None:
+                continue
+            total, hit = by_module.setdefault(m, (np.zeros(_entries(records[m]) + 1), np.zeros(
+                _entries(records[m]) + 1, dtype=bool)))
+            flat = ids.reshape(-1)
+            np.add.at(total, flat, grad.detach().to(torch.float64).numpy().reshape(-1))
+            hit[flat] = True
+        result: dict = {}
+        for m, (total, hit) in by_module.items():
+            start = 1
+            for i, (_, shape, _) in enumerate(records[m]["params"]):
+                size = int(np.prod(shape)) if len(shape) else 1
+                part = slice(start, start + size)
+                result[(m, i)] = total[part].reshape(tuple(shape)) if hit[part].any() else None
+                start += size
+        return result
 
     def call(self, fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
-    def build(self, cls, *args, heads=None, head_width=None, record_tensors=False, train=False, dtype=None,
-              **kwargs):
+    def build(self, cls, *args, heads=None, head_width=None, train=False, dtype=None, **kwargs):
         import torch
 
         module = cls(*args, **kwargs)
         module.train(bool(train))
         module.double()
-        index = self.built
-        self.built += 1
+        index = len(self.built)
         records = self.student_case.get("modules") or []
         if index >= len(records):
             raise AlignmentError("the student's module was not built")
@@ -98,39 +154,65 @@ class JudgeCase(ProbeCase):
         target = module_params(module)
         states = _candidate_cache(self.question.id, target, student, values, heads, head_width,
                                   records[index]["params"], seed, index,
-                                  layouts=self.case.params.get("fused_layouts"))
+                                  layouts=self.case.params.get("fused_layouts"),
+                                  biases=bool(self.case.params.get("biases")))
         self.candidates_seen = max(self.candidates_seen, len(states))
         if self.candidate >= len(states):
             raise NoMoreCandidates()
-        state = states[self.candidate]
+        state, ids = states[self.candidate]
         with torch.no_grad():
             for name, param in module.named_parameters():
                 param.copy_(torch.from_numpy(np.asarray(state[name], dtype=np.float64)))
+        self.built.append((module, index, ids))
         return module
 
     def check_new_params(self, module):
         return None
 
 
+def _entries(record: dict) -> int:
+    return sum(int(np.prod(shape)) if len(shape) else 1 for _, shape, _ in record["params"])
+
+
 _STATE_CACHE: OrderedDict = OrderedDict()
 
 
-def _candidate_cache(qid, target, student, values, heads, head_width, record_params, seed, index, layouts=None):
+def _candidate_cache(qid, target, student, values, heads, head_width, record_params, seed, index, layouts=None,
+                     biases=False):
+    """The candidates (:func:`autograder.judging.params.candidate_state_dicts`) as
+    ``(state, ids)``: ``state`` target name -> values, ``ids`` target name -> the index of the
+    student's entry each target entry holds (1-based over the student's parameters in order,
+    0 for a zero fill). Found once by running the matching on the entries' ids, so values and
+    gradients travel the same way. With ``biases`` (the exercise's layers all have one), a
+    candidate that fills a bias of the reference with zeros is refused."""
     key = (qid, tuple((p.name, p.shape) for p in target), tuple(map(lambda p: (p[0], tuple(p[1]), p[2]),
                                                                    record_params)),
-           heads, head_width, seed, index, layouts)
+           heads, head_width, seed, index, layouts, biases)
     if key in _STATE_CACHE:
         _STATE_CACHE.move_to_end(key)
         return _STATE_CACHE[key]
+    ids, flat, start = {}, [np.zeros(1)], 1
+    for p in student:
+        value = np.asarray(values[p.name], dtype=np.float64)
+        ids[p.name] = (start + np.arange(value.size, dtype=np.float64)).reshape(value.shape)
+        flat.append(value.reshape(-1))
+        start += value.size
+    pool = np.concatenate(flat)
+    states, failure = [], None
     try:
-        states = list(candidate_state_dicts(target, student, values, heads, head_width, limit=MAX_CANDIDATES,
-                                            layouts=layouts))
+        for id_state in candidate_state_dicts(target, student, ids, heads, head_width, limit=MAX_CANDIDATES,
+                                              layouts=layouts):
+            index_state = {name: np.rint(np.asarray(v, dtype=np.float64)).astype(np.int64)
+                           for name, v in id_state.items()}
+            if biases and any(p.is_bias and not index_state[p.name].all() for p in target):
+                failure = failure or AlignmentError(_MISSING_BIAS)
+                continue
+            states.append(({name: pool[i] for name, i in index_state.items()}, index_state))
     except AlignmentError as error:
-        states = []
         failure = error
-    else:
-        failure = None
-    if failure is not None:
+        states = []
+    if not states:
+        failure = failure or AlignmentError("the parameters do not match the reference's")
         raise AlignmentError(f"{failure}. Your parameters: {describe_params(student)}; "
                              f"expected: {describe_params(target)}")
     _STATE_CACHE[key] = states
@@ -179,7 +261,7 @@ def reference_outputs(question: Question, case_index: int, student_case: dict, v
     """All acceptable reference outputs for a case: list of dicts (may be empty), and the
     structural error message when the student's parameters fit no reference."""
     key = (question.id, case_index, _structure_key(student_case))
-    if key in _REF_CACHE and not _needs_tensors(student_case):
+    if key in _REF_CACHE:
         _REF_CACHE.move_to_end(key)
         return _REF_CACHE[key]
     results, structural = [], None
@@ -200,15 +282,10 @@ def reference_outputs(question: Question, case_index: int, student_case: dict, v
             if count <= candidate:
                 break
     value = (results, structural)
-    if not _needs_tensors(student_case):
-        _REF_CACHE[key] = value
-        if len(_REF_CACHE) > 512:
-            _REF_CACHE.popitem(last=False)
+    _REF_CACHE[key] = value
+    if len(_REF_CACHE) > 512:
+        _REF_CACHE.popitem(last=False)
     return value
-
-
-def _needs_tensors(student_case: dict) -> bool:
-    return any(m.get("tensors") for m in student_case.get("modules") or [])
 
 
 # --------------------------------------------------------------------------- mistakes
@@ -294,7 +371,8 @@ def _matches(question, answer, data, verify) -> int:
                 if agreed and error is not None and student_error.get("type") != error.get("type"):
                     types_identical = False
             else:
-                agreed = outputs is not None and outputs_equal(student_case["outputs"], outputs)
+                agreed = (outputs is not None and outputs_equal(student_case["outputs"], outputs)
+                          and _param_grads_equal(student_case, outputs))
                 if agreed:
                     outputs_agreed += 1
             if agreed:
@@ -384,7 +462,7 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
                 continue
             messages = []
             for reference in references:
-                message = _compare_outputs(question, case, student_case["outputs"], reference)
+                message = _compare_case(question, case, student_case, reference)
                 if message is None:
                     break
                 messages.append((_outputs_matching(question, case, student_case["outputs"], reference), message))
@@ -423,34 +501,22 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
     return fail(text, mistake=mistake.key if mistake else None)
 
 
+_MISSING_BIAS = ("a layer of the reference has a bias that none of your parameters provides (a layer built "
+                 "with bias=False?)")
+
+
 def property_problem(question: Question, case: Case, student_case: dict) -> str | None:
-    """Properties the outputs must have whatever the numbers: float64 in -> float64 out, and
-    (where the case checks it) every parameter reached by the gradient."""
-    notes = student_case.get("notes") or {}
-    if notes.get("float64_inputs"):
-        for name, dtype in (notes.get("dtypes") or {}).items():
-            if name.startswith("grad_"):
-                continue
-            if dtype in ("float32", "float16", "bfloat16"):
-                return (f"{name} is {dtype} although the inputs (and parameters) are float64: an intermediate "
-                        f"tensor was created or cast with a fixed dtype (e.g. torch.zeros(...) or .float() "
-                        f"without dtype=x.dtype); keep the input's dtype")
+    """A property decided before any reference runs: where the exercise's layers all have a
+    bias (``biases=True``), a parameter named as a layer's weight with no bias beside it.
+    Read from the reported names, it can only fail an answer; the guarantee is the
+    candidates' (a reference bias is never filled with zeros in those cases). Precision
+    (float64 in, float64 out) and parameter gradients are decided from values, in
+    :func:`_compare_case`."""
     if case.params.get("biases"):
         missing = _missing_bias(student_case)
         if missing:
             return (f"the layer {missing} has a weight but no bias (built with bias=False?): the exercise's "
                     f"nn.Linear / nn.Conv2d / nn.LayerNorm layers keep their bias")
-    wanted = case.params.get("param_grads")
-    if wanted:
-        for name, status in notes.get("param_grads") or []:
-            if wanted is not True and not _wanted(name, wanted):
-                continue        # a parameter this exercise does not use yet (e.g. positions before Q4)
-            if status == "frozen":
-                return f"the parameter {name} is frozen (requires_grad=False): it would never be trained"
-            if status in ("none", "zero"):
-                return (f"the gradient of the parameter {name} is {'missing' if status == 'none' else 'zero'}: "
-                        f"the output does not depend on it through autograd (detached with .detach() or "
-                        f".data, or not used)")
     return None
 
 
@@ -491,9 +557,9 @@ def verify_parameters(question: Question, cases: list) -> None:
 
 
 def _outputs_matching(question: Question, case: Case, got: dict, expected: dict) -> int:
-    """How many of ``expected``'s outputs ``got`` matches."""
-    return sum(name in got and compare(name, got[name], value, case, question.outputs.get(name, "")) is None
-               for name, value in expected.items())
+    """How many of ``expected``'s outputs ``got`` matches (to float32's precision: an answer
+    that lost float64's is closest to the reference it would otherwise match)."""
+    return sum(name in got and loosely_equal(name, got[name], value, case) for name, value in expected.items())
 
 
 def _compare_outputs(question: Question, case: Case, got: dict, expected: dict) -> str | None:
@@ -504,6 +570,89 @@ def _compare_outputs(question: Question, case: Case, got: dict, expected: dict) 
         if message:
             return message
     return None
+
+
+def _compare_case(question: Question, case: Case, student_case: dict, expected: dict) -> str | None:
+    """In order: a parameter the reference trains and the answer does not (cases with
+    ``param_grads``); an output right only to float32's precision in a float64 case; the
+    outputs; the parameters' gradients."""
+    checked = case.params.get("param_grads")
+    got = student_case.get("outputs") or {}
+    message = _compare_param_grads(case, student_case, expected, presence=True) if checked else None
+    message = message or next((m for name, value in expected.items() if name in got
+                               for m in [precision_problem(name, got[name], value, case)] if m), None)
+    message = message or _compare_outputs(question, case, got, expected)
+    if message is None and checked:
+        message = _compare_param_grads(case, student_case, expected)
+    return message
+
+
+def _compare_param_grads(case: Case, student_case: dict, expected: dict, presence: bool = False) -> str | None:
+    """Each of the student's parameters that the reference's output reaches (and that the
+    case checks: ``param_grads`` True or name fragments) must come with a gradient array equal
+    to the reference's float64 gradient, carried onto the student's layout by the same
+    candidate that loaded the values. No array: the parameter is frozen or detached; an
+    array of zeros where the reference's is not: detached or unused. ``presence``: only those
+    two. Nothing the student's process says about a parameter decides this, only the arrays
+    it sent."""
+    wanted = case.params.get("param_grads")
+    records = student_case.get("modules") or []
+    for (m, i), value in sorted(getattr(expected, "param_grads", {}).items()):
+        if value is None or m >= len(records) or i >= len(records[m].get("params") or []):
+            continue
+        name = str(records[m]["params"][i][0])
+        if wanted is not True and not _wanted(name, wanted):
+            continue            # a parameter this exercise does not use yet (e.g. positions before Q4)
+        got = (records[m].get("grads") or {}).get(str(i))
+        trained = float(np.max(np.abs(value), initial=0.0)) > CLEARLY_NONZERO
+        if got is None and not trained:
+            continue            # the reference's gradient is zero too (the keys' bias): nothing to train
+        if got is None:
+            return (f"the gradient of the parameter {name} is missing: no gradient reaches it, so it would never "
+                    f"be trained (frozen with requires_grad=False, or detached from the output with .detach() "
+                    f"or .data)")
+        got = np.asarray(got)
+        if got.shape == value.shape and trained and not np.any(got):
+            return (f"the gradient of the parameter {name} is zero: the output does not depend on it through "
+                    f"autograd (detached with .detach() or .data, or not used)")
+        message = None if presence else compare(f"the gradient of the parameter {name}", got, value, case,
+                                                key="param_grads")
+        if message:
+            return message
+    return None
+
+
+def _param_grads_equal(student_case: dict, expected: dict) -> bool:
+    """For naming mistakes: the variant's parameter gradients are the student's (loose
+    tolerance; a parameter the variant does not reach is not compared)."""
+    records = student_case.get("modules") or []
+    for (m, i), value in getattr(expected, "param_grads", {}).items():
+        if m >= len(records):
+            return False
+        got = (records[m].get("grads") or {}).get(str(i))
+        if value is None:
+            continue
+        if got is None or not outputs_equal({"g": got}, {"g": value}):
+            return False
+    return True
+
+
+def value_property(question: Question, case: Case, student_case: dict, references: list) -> str | None:
+    """The properties decided from values, when every acceptable reference finds one: a
+    parameter the reference trains whose gradient is missing or zero (cases with
+    ``param_grads``), an output right only to float32's precision in a float64 case."""
+    found = []
+    for reference in references:
+        message = (_compare_param_grads(case, student_case, reference, presence=True)
+                   if case.params.get("param_grads") else None)
+        if message is None:
+            got = student_case.get("outputs") or {}
+            message = next((m for name, value in reference.items() if name in got
+                            for m in [precision_problem(name, got[name], value, case)] if m), None)
+        if message is None:
+            return None
+        found.append(message)
+    return found[0] if found else None
 
 
 @dataclass
@@ -537,8 +686,11 @@ def case_rows(question: Question, data: dict) -> list[CaseRow]:
         if not references:
             rows.append(CaseRow(index, case, student, "structure"))
             continue
-        got = student.get("outputs") or {}
-        matched = any(_compare_outputs(question, case, got, r) is None for r in references)
+        prop = value_property(question, case, student, references)
+        if prop:
+            rows.append(CaseRow(index, case, student, "property", prop, references))
+            continue
+        matched = any(_compare_case(question, case, student, r) is None for r in references)
         rows.append(CaseRow(index, case, student, "ok" if matched else "differs", None, references))
     return rows
 

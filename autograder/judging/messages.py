@@ -7,6 +7,23 @@ from ..questions.base import Case
 
 RTOL = 1e-4
 ATOL = 1e-4          # relative to the largest expected magnitude (at least 1)
+# A case with float64 inputs (``dtype="float64"``): the probe sends float64 results exactly
+# (float32 converts to float64 without loss), and a computation kept in float64 agrees with
+# the float64 reference to ~1e-15; one done in float32 anywhere is off by ~1e-7. So these
+# cases are compared to float64 precision: what the answer computed, not what it says.
+RTOL64 = 1e-10
+ATOL64 = 1e-10
+
+
+def float64_case(case: Case, key: str | None = None) -> bool:
+    """Whether output ``key`` of ``case`` is compared to float64 precision: every output of a
+    float64 case, unless the case names the ones that are (``float64_outputs``, for a case
+    whose correct answers add a constant computed in float32, such as a sinusoidal table;
+    ``"param_grads"`` stands for the parameters' gradients)."""
+    if case.params.get("dtype") != "float64":
+        return False
+    names = case.params.get("float64_outputs")
+    return names is None or key is None or key in names
 
 
 def describe_shape(shape, dims) -> str:
@@ -27,8 +44,44 @@ def _fmt(x) -> str:
     return f"{x:.4g}"
 
 
-def compare(name: str, got, expected, case: Case, shape_words: str = "") -> str | None:
-    """None when ``got`` matches ``expected``, else a message with names and numbers."""
+def compare(name: str, got, expected, case: Case, shape_words: str = "", key: str | None = None) -> str | None:
+    """None when ``got`` matches ``expected``, else a message with names and numbers. In a
+    float64 case (:func:`float64_case`) the tolerance is float64's; an answer right to
+    float32's precision only is told that it lost the inputs' dtype."""
+    return (_compare(name, got, expected, case, shape_words, RTOL, ATOL)
+            or precision_problem(name, got, expected, case, key))
+
+
+def loosely_equal(name: str, got, expected, case: Case) -> bool:
+    """``got`` matches ``expected`` to float32's precision (what every case accepts)."""
+    return _compare(name, got, expected, case, "", RTOL, ATOL) is None
+
+
+def precision_problem(name: str, got, expected, case: Case, key: str | None = None) -> str | None:
+    """In a float64 case, an output (``key``, default ``name``) right to float32's precision
+    (RTOL) but not to float64's (RTOL64): the sentence that says so, else None."""
+    if not float64_case(case, name if key is None else key) or got is None:
+        return None
+    if _compare(name, got, expected, case, "", RTOL, ATOL) is not None:
+        return None
+    if _compare(name, got, expected, case, "", RTOL64, ATOL64) is None:
+        return None
+    error = _largest_relative_error(got, expected)
+    return (f"{name} is float32 although the inputs (and parameters) are float64: it has float32 precision "
+            f"(off from the float64 result by up to {error:.1g} of its scale, float64 gives ~1e-15): an "
+            f"intermediate tensor was created or cast with a fixed dtype (e.g. torch.zeros(...) or .float() "
+            f"without dtype=x.dtype); keep the input's dtype")
+
+
+def _largest_relative_error(got, expected) -> float:
+    e = np.asarray(expected, dtype=np.float64)
+    g = np.asarray(got, dtype=np.float64)
+    finite = np.isfinite(e) & np.isfinite(g)
+    scale = max(1.0, float(np.max(np.abs(np.where(finite, e, 0.0)), initial=0.0)))
+    return float(np.max(np.abs(np.where(finite, g - e, 0.0)), initial=0.0)) / scale
+
+
+def _compare(name: str, got, expected, case: Case, shape_words: str, rtol: float, atol: float) -> str | None:
     if got is None:
         return f"no {name} was returned"
     expected = np.asarray(expected)
@@ -51,7 +104,7 @@ def compare(name: str, got, expected, case: Case, shape_words: str = "") -> str 
         diff = np.abs(np.where(finite, g, 0.0) - np.where(finite, e, 0.0))
         same_inf = np.isinf(e) & (g == e)
         diff = np.where(same_inf, 0.0, diff)
-        bad = diff > ATOL * scale + RTOL * np.abs(np.where(np.isfinite(e), e, 0.0))
+        bad = diff > atol * scale + rtol * np.abs(np.where(np.isfinite(e), e, 0.0))
     bad |= nan_exp & ~nan_got
     if not bad.any():
         return None

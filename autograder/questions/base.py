@@ -14,15 +14,19 @@ What a recipe may ask of its recorder ``rec`` (same calls on both sides):
 
 * ``rec.tensor(array, dtype=None, requires_grad=False)``: the input as a tensor (inputs come
   from :mod:`autograder.questions.inputs`: ``I.randn``, ``I.randint``, ``I.bernoulli_mask``);
-  ``dtype="float64"`` gives the answer float64 inputs, and its outputs must stay float64;
+  ``dtype="float64"`` gives the answer float64 inputs (nudged off float32's grid,
+  :func:`autograder.student.probe.float64_input`), and its outputs must agree with the
+  float64 reference to float64's precision (a case's ``float64_outputs`` may name the ones
+  that must, ``"param_grads"`` for the parameters' gradients);
 * ``rec.build(cls, *args, train=False, dtype=None, heads=, head_width=, **kwargs)``: the
   student's module with the checker's parameter values, in eval mode (``train=True``: train
   mode, for dropout cases); ``rec.seed(n)`` seeds torch's generator (dropout masks);
 * ``rec.call(fn, *args, **kwargs)``, ``rec.unpack(value, names, what)``, ``rec.output(name, value)``;
 * ``rec.grads(out, upstream, {"x": x}, module, params=False)``: backpropagate
   ``sum(out * upstream)``; the gradient of each named input is compared like an output
-  (``grad_x``); with a case parameter ``param_grads`` (True, or name fragments) every
-  matching parameter must receive a nonzero gradient (detached/frozen parameters fail).
+  (``grad_x``); with a case parameter ``param_grads`` (True, or name fragments) the probe
+  sends every parameter's gradient as an array, and each matching parameter's must equal
+  the reference's (a frozen or detached parameter sends none, and fails).
   Set ``grads=True`` in the case's params so the judge records the graph.
 
 Questions of ``kind="value"`` (:mod:`autograder.questions.concepts`) ask for a plain number

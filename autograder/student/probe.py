@@ -4,7 +4,10 @@ It returns plain data only (dicts, lists, numpy arrays, numbers, strings), so th
 can cross a process boundary as ``.npz`` + JSON and be judged elsewhere. It holds no
 reference code and no secret: the inputs come from the source in force
 (:mod:`autograder.questions.inputs`; in the grading sandbox, the arrays the grader sent).
-Nothing it reports is trusted for a score except the numbers, which the grader recomputes.
+Nothing it reports is trusted for a score except the numbers, which the grader recomputes:
+outputs, input gradients and parameter gradients are arrays, and every property (float64
+kept, parameters trained, biases present) is decided by the grader from those arrays
+(CONTRIBUTING.md, "The wire format: each field and who decides it").
 
 Output values are accepted only when their type is exactly ``torch.Tensor``,
 ``numpy.ndarray`` or a plain number; a subclass (whose ``__eq__`` or ``allclose`` might lie)
@@ -86,6 +89,18 @@ def shape_of(value) -> str:
     return type(value).__name__
 
 
+FLOAT64_NUDGE = 1 + 3 * 2.0 ** -27
+
+
+def float64_input(array) -> np.ndarray:
+    """A float64 case's input (``rec.tensor(..., dtype="float64")``), on both sides: the drawn
+    values (float32 numbers) times ``1 + 3 * 2**-27``, exactly (a product of 24 and 28
+    significant bits fits float64's 53). The inputs then hold digits float32 cannot: an
+    answer that goes through float32 anywhere loses them (~1e-8 relative), which the judge
+    sees in the values (a float32 round trip of float32 numbers would be exact)."""
+    return np.asarray(array, dtype=np.float64) * FLOAT64_NUDGE
+
+
 # --------------------------------------------------------------------------- exceptions
 
 
@@ -128,19 +143,18 @@ class ProbeCase:
         self.recorder, self.case, self.index = recorder, case, index
         self.outputs: dict = {}
         self.modules: list = []
-        self.notes: dict = {}
+        self.built: list = []            # the modules of self.modules, in order (for parameter gradients)
         self.error = None
 
     # inputs -------------------------------------------------------------
     def tensor(self, array: np.ndarray, dtype: str | None = None, requires_grad: bool = False):
         """The torch tensor the answer receives: float32 for float data, or float64 when
-        ``dtype="float64"`` (the answer must then keep float64); ``requires_grad`` for the
+        ``dtype="float64"`` (:func:`float64_input`: the answer must then keep float64); ``requires_grad`` for the
         gradient checks."""
         import torch
         tensor = torch.from_numpy(np.array(array, copy=True))
         if dtype == "float64" and tensor.is_floating_point():
-            tensor = tensor.double()
-            self.notes["float64_inputs"] = True
+            tensor = torch.from_numpy(float64_input(array))
         if requires_grad:
             tensor.requires_grad_(True)
         return tensor
@@ -152,30 +166,31 @@ class ProbeCase:
 
     def grads(self, out, upstream, inputs: dict, module=None, params: bool = False):
         """Backpropagate ``sum(out * upstream)``: record the gradient of each tensor of
-        ``inputs`` as output ``grad_<name>``, and, with ``params``, how each parameter of
-        ``module`` was reached (``notes["param_grads"]``: [name, "ok"|"frozen"|"none"|"zero"])."""
+        ``inputs`` as output ``grad_<name>``, and, with ``params``, the gradient of every
+        parameter of the modules built in this case that requires one and is reached, as an
+        array in its module's record (``modules[i]["grads"][str(parameter index)]``). A frozen
+        or detached parameter sends nothing; the grader compares the arrays with the
+        reference's gradients (``module`` is accepted for the recipes' sake)."""
         import torch
         if type(out) is not torch.Tensor:
             raise BadOutput(f"the output is a {type(out).__name__}; the gradient check needs a torch.Tensor")
         if not out.requires_grad:
             raise CaseFailure("the output does not depend differentiably on the input (no gradient flows "
                               "back: was it computed with numpy, under torch.no_grad(), or detached?)")
-        named = list(module.named_parameters()) if (params and module is not None) else []
-        wrt = list(inputs.values()) + [p for _, p in named if p.requires_grad]
+        named = []
+        if params:
+            for m, built in enumerate(self.built):
+                for i, (_, param) in enumerate(built.named_parameters()):
+                    if param.requires_grad:
+                        named.append((m, i, param))
+        wrt = list(inputs.values()) + [param for _, _, param in named]
         with torch.enable_grad():
             found = torch.autograd.grad((out * upstream.to(out.dtype)).sum(), wrt, allow_unused=True)
         for (name, tensor), grad in zip(inputs.items(), found):
             self.output(f"grad_{name}", grad if grad is not None else torch.zeros_like(tensor))
-        if params:
-            rest = iter(found[len(inputs):])
-            status = []
-            for name, param in named:
-                if not param.requires_grad:
-                    status.append([name, "frozen"])
-                    continue
-                grad = next(rest)
-                status.append([name, "none" if grad is None else "zero" if not bool(grad.abs().sum() > 0) else "ok"])
-            self.notes["param_grads"] = status
+        for (m, i, _), grad in zip(named, found[len(inputs):]):
+            if grad is not None:
+                self.modules[m].setdefault("grads", {})[str(i)] = to_array(grad, f"the gradient of parameter {i}")
 
     # calling the answer --------------------------------------------------
     def call(self, fn, *args, **kwargs):
@@ -184,7 +199,7 @@ class ProbeCase:
         return fn(*args, **kwargs)
 
     def build(self, cls, *args, heads: int | None = None, head_width: int | None = None,
-              record_tensors: bool = False, train: bool = False, dtype: str | None = None, **kwargs):
+              train: bool = False, dtype: str | None = None, **kwargs):
         """Instantiate the student's module, set its parameters to the checker's values."""
         import torch
         from torch import nn
@@ -198,7 +213,7 @@ class ProbeCase:
         module.train(bool(train))
         index = len(self.modules)
         seed = int(self.case.params.get("seed", 0))
-        record = {"params": [], "values": {}, "tensors": {}, "class": type(module).__name__}
+        record = {"params": [], "values": {}, "class": type(module).__name__}
         with torch.no_grad():
             for i, (name, param) in enumerate(module.named_parameters()):
                 values = inputs.param_values(tuple(param.shape), seed, index, i, name)
@@ -216,26 +231,17 @@ class ProbeCase:
                     owner_kind = type(owner).__name__
                 record["params"].append([name, [int(s) for s in param.shape], owner_kind])
                 record["values"][str(i)] = to_array(param.detach().clone(), name)
-            if record_tensors:
-                for prefix, sub in module.named_modules():
-                    for attr, value in list(vars(sub).items()) + list(sub._buffers.items()):
-                        if type(value) is torch.Tensor and value.numel() <= 100_000:
-                            key = f"{prefix}.{attr}" if prefix else attr
-                            record["tensors"][key] = to_array(value, key)
         record["param_names_before"] = [p[0] for p in record["params"]]
         self.modules.append(record)
-        module._autograder_record = index  # lets output() notice layers created during forward
+        self.built.append(module)
+        module._autograder_record = index  # lets check_new_params() notice layers created during forward
         if dtype == "float64":
             module.double()
-            self.notes["float64_inputs"] = True
         return module
 
     # results -------------------------------------------------------------
     def output(self, name: str, value):
         self.outputs[name] = to_array(value, name)
-        import torch
-        if type(value) in (np.ndarray, torch.Tensor):
-            self.notes.setdefault("dtypes", {})[name] = str(value.dtype).replace("torch.", "")
         return self.outputs[name]
 
     def unpack(self, value, names: tuple, what: str):
@@ -246,9 +252,6 @@ class ProbeCase:
                    if hasattr(value, "shape") else f"{type(value).__name__}")
             raise CaseFailure(f"{what} should return a tuple ({', '.join(names)}), got {got}")
         return tuple(value)
-
-    def note(self, key: str, value):
-        self.notes[key] = value
 
     def check_new_params(self, module):
         """After a forward: parameters created during forward mean layers built in forward()."""
@@ -264,7 +267,7 @@ class ProbeCase:
                               f"every call")
 
     def to_data(self) -> dict:
-        return {"outputs": self.outputs, "modules": self.modules, "notes": self.notes, "error": self.error}
+        return {"outputs": self.outputs, "modules": self.modules, "error": self.error}
 
 
 class ProbeRecorder:

@@ -1058,7 +1058,7 @@ class HeadScaleAfterSoftmax(_Head):
 # =============================================================================== from the parallel set
 # Wrong answers first written for the parallel implementation of these checks (checks-a at 402507f,
 # tests/answers/realistic_ch01_04.py there), rewritten here: mine accepted or misnamed them.
-@wrong("mha_loop", "~weights is float32 although the inputs")
+@wrong("mha_loop", "~is float32 although the inputs")
 class LoopFloat32(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()

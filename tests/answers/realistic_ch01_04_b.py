@@ -702,7 +702,7 @@ class LoopMean(nn.Module):
         return (out, torch.stack([r[1] for r in results], 1)) if return_attention else out
 
 
-@wrong("mha_loop", "words: weights is float32 although the inputs")
+@wrong("mha_loop", "words: is float32 although the inputs")
 class LoopFloat32(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
