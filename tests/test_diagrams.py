@@ -1,0 +1,138 @@
+"""The book's architecture figures (vitref.diagrams): each draws, renders to SVG with its labels
+as text, keeps its labels apart and inside the canvas, and is shown by its chapter in a cell whose
+input is hidden and whose image carries alt text and a caption."""
+import ast
+import itertools
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from vitref import diagrams
+
+BOOK = Path(__file__).resolve().parents[1] / "book"
+
+# labels each diagram must show, written as the chapters write the symbols
+LABELS = {
+    "scaled_dot_product_attention_diagram": ["MatMul  Q Kᵀ", "Scale  ÷ √d_k", "Mask (optional)", "Softmax over S",
+                                             "scores (B, T, S)", "weights (B, T, S)", "(B, T, d_k)", "(B, S, d_k)",
+                                             "(B, S, d_v)", "output (B, T, d_v)"],
+    "multi_head_attention_diagram": ["Linear  W_Q", "Linear  W_K", "Linear  W_V", "split into h heads",
+                                     "Q (B, h, T, d_k)", "K (B, h, S, d_k)", "V (B, h, S, d_k)",
+                                     "scores (B, h, T, S)", "weights (B, h, T, S)", "merge heads",
+                                     "(B, T, h·d_k) = (B, T, D)", "Linear  W_O", "output (B, T, D)"],
+    "encoder_block_diagram": ["Post-LN (original Transformer)", "Pre-LN (ViT, GPT-2)", "Multi-head attention",
+                              "LayerNorm", "MLP", "× L", "(B, T, D)"],
+    "vit_diagram": ["image (B, C, H, W)", "flattened patches (B, N, P²·C)", "Linear projection E  (P²·C → D)",
+                    "CLS", "+ positions E_pos", "(B, N+1, D)", "Transformer encoder: L pre-LN blocks", "LayerNorm",
+                    "token 0: (B, D)", "Linear head", "class scores (B, classes)"],
+    "decoder_block_diagram": ["Masked multi-head attention", "Multi-head cross-attention", "encoder output",
+                              "(B, S, D)", "keys, values", "weights (B, h, T, S)", "MLP", "× L", "(B, T, D)"],
+    "kv_cache_diagram": ["step t = 1", "step t = 4", "W_Q, W_K, W_V", "q4", "k4", "v4", "k1", "(B, h, t, d_k)",
+                         "(B, h, 1, t)", "(B, 1, D)", "token 5"],
+}
+
+# where each figure is shown
+CHAPTERS = {
+    "03_attention": ["scaled_dot_product_attention_diagram"],
+    "04_multihead_attention": ["multi_head_attention_diagram"],
+    "05_blocks": ["encoder_block_diagram"],
+    "07_vit": ["vit_diagram"],
+    "08_decoder": ["decoder_block_diagram", "kv_cache_diagram"],
+}
+
+
+def svg_texts(svg: str) -> list:
+    """The text of every <text> element, XML entities decoded."""
+    import html
+
+    return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
+
+
+def test_every_diagram_is_listed_tested_and_shown():
+    assert set(LABELS) == set(diagrams.DIAGRAMS)
+    assert sorted(itertools.chain(*CHAPTERS.values())) == sorted(diagrams.DIAGRAMS)
+
+
+@pytest.mark.parametrize("name", sorted(diagrams.DIAGRAMS))
+def test_diagram_renders_to_svg_with_its_labels_as_text(name):
+    svg = diagrams.to_svg(diagrams.DIAGRAMS[name]())
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    texts = svg_texts(svg)
+    missing = [label for label in LABELS[name] if not any(label in t for t in texts)]
+    assert not missing, f"{name}: labels missing from the SVG's text: {missing}"
+    assert svg == diagrams.to_svg(diagrams.DIAGRAMS[name]()), "two renderings differ: the build would not be stable"
+
+
+@pytest.mark.parametrize("name", sorted(diagrams.DIAGRAMS))
+def test_labels_do_not_overlap_and_stay_on_the_canvas(name):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = diagrams.DIAGRAMS[name]()
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    page = fig.bbox
+    boxes = []
+    for text in fig.axes[0].texts:
+        if not text.get_text().strip():
+            continue
+        box = text.get_window_extent(renderer)
+        assert (box.x0 >= page.x0 - 1 and box.y0 >= page.y0 - 1 and box.x1 <= page.x1 + 1
+                and box.y1 <= page.y1 + 1), f"{name}: {text.get_text()!r} is cut off by the edge of the figure"
+        boxes.append((text.get_text(), box.shrunk(0.97, 0.9)))
+    assert len(boxes) >= 10
+    clashes = [(a, b) for (a, box_a), (b, box_b) in itertools.combinations(boxes, 2) if box_a.overlaps(box_b)]
+    assert not clashes, f"{name}: labels drawn over each other: {clashes[:5]}"
+
+
+def test_kv_cache_diagram_draws_the_steps_it_is_asked_for():
+    texts = svg_texts(diagrams.to_svg(diagrams.kv_cache_diagram(steps=3)))
+    assert "step t = 3" in texts and "k3" in texts and "step t = 4" not in texts and "k4" not in texts
+
+
+def test_diagrams_module_is_not_graded_and_not_imported_by_vitref():
+    import subprocess
+    import sys
+
+    import vitref
+
+    assert "diagrams" not in vitref.GRADED_MODULES
+    loaded = subprocess.run([sys.executable, "-c", "import sys, vitref; print('vitref.diagrams' in sys.modules)"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert loaded == "False"
+
+
+def figure_cells(chapter: str) -> dict:
+    """``{diagram function: cell}`` for the cells of a chapter that call ``diagrams.<function>(``."""
+    nb = json.loads((BOOK / f"{chapter}.ipynb").read_text())
+    found = {}
+    for cell in nb["cells"]:
+        source = "".join(cell["source"])
+        for name in re.findall(r"diagrams\.(\w+_diagram)\(", source):
+            assert cell["cell_type"] == "code", f"{chapter}: {name} is named in a markdown cell"
+            found[name] = cell
+    return found
+
+
+@pytest.mark.parametrize("chapter", sorted(CHAPTERS))
+def test_chapter_shows_its_diagrams_with_alt_text_and_caption(chapter):
+    from IPython.display import SVG
+
+    cells = figure_cells(chapter)
+    assert sorted(cells) == sorted(CHAPTERS[chapter]), f"{chapter} shows {sorted(cells)}"
+    for name, cell in cells.items():
+        meta = cell["metadata"]
+        assert "remove-input" in meta.get("tags", []), f"{chapter}/{name}: tag the cell remove-input"
+        alt = meta.get("mystnb", {}).get("image", {}).get("alt", "")
+        caption = meta.get("mystnb", {}).get("figure", {}).get("caption", "")
+        assert len(alt) >= 150 and "(B, " in alt, f"{chapter}/{name}: alt text must describe the figure: {alt!r}"
+        assert caption.strip(), f"{chapter}/{name}: no caption"
+        assert not cell["outputs"]
+        # the cell runs and its last expression is the SVG that the build shows
+        tree = ast.parse("".join(cell["source"]))
+        assert isinstance(tree.body[-1], ast.Expr)
+        namespace: dict = {}
+        exec(compile(ast.Module(tree.body[:-1], type_ignores=[]), chapter, "exec"), namespace)  # noqa: S102 - the book's own cell
+        shown = eval(compile(ast.Expression(tree.body[-1].value), chapter, "eval"), namespace)
+        assert isinstance(shown, SVG) and shown.data.startswith("<svg")          # IPython drops the XML header
+        assert svg_texts(shown.data) == svg_texts(diagrams.to_svg(diagrams.DIAGRAMS[name]()))

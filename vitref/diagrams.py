@@ -1,0 +1,402 @@
+"""The book's architecture figures, drawn by code: boxes, arrows and labels on a matplotlib canvas.
+
+Each ``*_diagram()`` function returns a :class:`matplotlib.figure.Figure` (made without pyplot, so
+drawing one changes no global state); :func:`to_svg` renders it with its text kept as text, so the
+labels can be searched, selected and read by a screen reader. The chapters call them in cells whose
+input is hidden, and the test ``tests/test_diagrams.py`` checks their labels.
+
+Shapes are written with the chapters' symbols: ``B`` batch, ``T`` queries (tokens), ``S`` keys,
+``D`` model width, ``h`` heads, ``d_k`` width per head, ``N`` patches, ``P`` patch size, ``C``
+channels, ``L`` blocks. Every diagram flows from the bottom up, as in the Transformer and ViT
+papers, and red lines are residual connections.
+
+Not imported by ``import vitref`` and not graded (it is not in :data:`vitref.GRADED_MODULES`):
+``from vitref import diagrams``.
+"""
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+
+import matplotlib
+from matplotlib.figure import Figure
+from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch, Rectangle
+
+# One colour per kind of box, the same in every diagram.
+COLORS = {
+    "attention": "#f6c28b",   # attention of any kind
+    "norm": "#f7e6a1",        # LayerNorm
+    "mlp": "#a8d1f0",         # feed-forward block, heads
+    "linear": "#cfe4f6",      # linear maps (projections)
+    "op": "#dcd0ef",          # matrix products, scaling, softmax, reshapes
+    "mask": "#f2b8b5",        # masks
+    "embed": "#bfe3b4",       # patches, tokens, embeddings
+    "tensor": "#ffffff",      # data: inputs, outputs, caches
+    "cache": "#e6e6e6",       # values read from a cache
+    "group": "#f7f7f7",       # the background of a repeated block
+}
+RESIDUAL = "#c0392b"          # residual connections
+LINE = "#333333"              # data flow
+SHAPE = "#555555"             # shape labels
+FONT = 10                     # box labels
+SMALL = 8.5                   # shape labels
+
+
+@dataclass
+class Box:
+    """A placed box: centre ``(cx, cy)``, width ``w`` and height ``h``, in inches."""
+
+    cx: float
+    cy: float
+    w: float
+    h: float
+
+    @property
+    def top(self) -> tuple[float, float]:
+        return (self.cx, self.cy + self.h / 2)
+
+    @property
+    def bottom(self) -> tuple[float, float]:
+        return (self.cx, self.cy - self.h / 2)
+
+    @property
+    def left(self) -> tuple[float, float]:
+        return (self.cx - self.w / 2, self.cy)
+
+    @property
+    def right(self) -> tuple[float, float]:
+        return (self.cx + self.w / 2, self.cy)
+
+    def at(self, fx: float, fy: float) -> tuple[float, float]:
+        """The point at fractions ``(fx, fy)`` of the box, from its bottom-left corner."""
+        return (self.cx - self.w / 2 + fx * self.w, self.cy - self.h / 2 + fy * self.h)
+
+
+class Canvas:
+    """A figure of ``width`` x ``height`` inches whose coordinates are inches from the bottom left."""
+
+    def __init__(self, width: float, height: float):
+        self.figure = Figure(figsize=(width, height))
+        self.ax = self.figure.add_axes((0, 0, 1, 1))
+        self.ax.set_xlim(0, width)
+        self.ax.set_ylim(0, height)
+        self.ax.set_axis_off()
+
+    def box(self, cx: float, cy: float, w: float, h: float, text: str = "", kind: str = "tensor",
+            fontsize: float = FONT, rounded: bool = True, dashed: bool = False, bold: bool = False,
+            edge: str = LINE) -> Box:
+        """A box of one of :data:`COLORS`' kinds with ``text`` in its centre."""
+        style = "round,pad=0,rounding_size=0.08" if rounded else "square,pad=0"
+        self.ax.add_patch(FancyBboxPatch((cx - w / 2, cy - h / 2), w, h, boxstyle=style, fc=COLORS[kind],
+                                         ec=edge, lw=1.0, ls="--" if dashed else "-", zorder=2))
+        if text:
+            self.text(cx, cy, text, fontsize=fontsize, weight="bold" if bold else "normal", zorder=3)
+        return Box(cx, cy, w, h)
+
+    def plus(self, cx: float, cy: float, r: float = 0.15) -> Box:
+        """The circled plus of a residual connection."""
+        self.ax.add_patch(Circle((cx, cy), r, fc="white", ec=LINE, lw=1.0, zorder=2))
+        self.ax.plot([cx - 0.6 * r, cx + 0.6 * r], [cy, cy], color=LINE, lw=1.0, zorder=3)
+        self.ax.plot([cx, cx], [cy - 0.6 * r, cy + 0.6 * r], color=LINE, lw=1.0, zorder=3)
+        return Box(cx, cy, 2 * r, 2 * r)
+
+    def arrow(self, start, end, color: str = LINE, lw: float = 1.2, label: str = "", side: str = "right",
+              head: bool = True, offset: float = 0.08) -> None:
+        """A straight arrow from ``start`` to ``end``; ``label`` (a shape) beside its middle."""
+        self.ax.add_patch(FancyArrowPatch(start, end, arrowstyle="-|>" if head else "-", mutation_scale=11,
+                                          color=color, lw=lw, shrinkA=0, shrinkB=0, zorder=1))
+        if label:
+            mx, my = (start[0] + end[0]) / 2, (start[1] + end[1]) / 2
+            self.shape(mx + (offset if side == "right" else -offset), my, label,
+                       ha="left" if side == "right" else "right")
+
+    def path(self, points, color: str = LINE, lw: float = 1.2, head: bool = True) -> None:
+        """A polyline through ``points``, with an arrow head at the last one."""
+        xs, ys = zip(*points[:-1])
+        self.ax.plot(xs, ys, color=color, lw=lw, solid_capstyle="butt", zorder=1)
+        self.arrow(points[-2], points[-1], color=color, lw=lw, head=head)
+
+    def dot(self, x: float, y: float, color: str = RESIDUAL) -> None:
+        """A branch point."""
+        self.ax.add_patch(Circle((x, y), 0.04, fc=color, ec=color, zorder=3))
+
+    def text(self, x: float, y: float, text: str, fontsize: float = FONT, ha: str = "center", va: str = "center",
+             color: str = "black", **kwargs) -> None:
+        """Text at ``(x, y)``."""
+        kwargs.setdefault("zorder", 3)
+        self.ax.text(x, y, text, fontsize=fontsize, ha=ha, va=va, color=color, **kwargs)
+
+    def shape(self, x: float, y: float, text: str, ha: str = "left", va: str = "center") -> None:
+        """A tensor's shape, in the small grey type of every shape label."""
+        self.text(x, y, text, fontsize=SMALL, ha=ha, va=va, color=SHAPE, style="italic")
+
+    def title(self, x: float, y: float, text: str, fontsize: float = 11.5) -> None:
+        self.text(x, y, text, fontsize=fontsize, weight="bold")
+
+    def residual(self, start, end, x: float) -> None:
+        """A residual connection: from the branch point ``start`` on the trunk, out to ``x``, up, and
+        into ``end`` (the left or right side of a circled plus)."""
+        self.dot(*start)
+        self.path([start, (x, start[1]), (x, end[1]), end], color=RESIDUAL)
+
+
+def to_svg(figure: Figure) -> str:
+    """The figure as SVG text, its labels kept as ``<text>`` elements and its ids reproducible."""
+    buffer = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": "vitref"}):
+        figure.savefig(buffer, format="svg", metadata={"Date": None})
+    return buffer.getvalue()
+
+
+def _stack(c: Canvas, cx: float, y0: float, steps, residuals, width: float = 2.6, height: float = 0.42,
+           gap: float = 0.26, shape: str = "(B, T, D)"):
+    """A vertical block from ``y0`` up: ``steps`` are ``(text, kind)`` or ``"+"``; each residual
+    ``(i, j)`` branches off the trunk just below step ``i`` and joins the ``"+"`` of step ``j``.
+    The input arrow starts 0.55 below ``y0``, the output arrow ends 0.5 above the last step.
+    Returns the boxes and the output arrow's end."""
+    boxes, y = [], y0
+    c.shape(cx + 0.08, y0 - 0.45, shape)
+    prev_top = (cx, y0 - 0.55)
+    for step in steps:
+        if step == "+":
+            r = 0.15
+            box = c.plus(cx, y + r, r)
+            y += 2 * r
+        else:
+            text, kind = step
+            box = c.box(cx, y + height / 2, width, height, text, kind)
+            y += height
+        c.arrow(prev_top, box.bottom)
+        boxes.append(box)
+        prev_top = box.top
+        y += gap
+    out = (cx, prev_top[1] + 0.5)
+    c.arrow(prev_top, out)
+    c.shape(cx + 0.08, out[1] - 0.1, shape)
+    side = cx - width / 2 - 0.3
+    for i, j in residuals:
+        below = boxes[i].bottom[1] - gap / 2
+        c.residual((cx, below), boxes[j].left, side)
+    return boxes, out
+
+
+def _group(c: Canvas, left: float, bottom: float, right: float, top: float, label: str = "× L") -> None:
+    """The dashed background of a block that is repeated, with its count in the bottom-right corner."""
+    c.ax.add_patch(FancyBboxPatch((left, bottom), right - left, top - bottom,
+                                  boxstyle="round,pad=0,rounding_size=0.12",
+                                  fc=COLORS["group"], ec="#999999", lw=0.8, ls="--", zorder=0))
+    c.text(right - 0.12, bottom + 0.2, label, fontsize=FONT + 1, ha="right", color="#666666")
+
+
+def encoder_block_diagram() -> Figure:
+    """Chapter 5: the encoder block, post-LN (original Transformer) and pre-LN (ViT), side by side."""
+    c = Canvas(8.0, 5.9)
+    post = [("Multi-head attention", "attention"), "+", ("LayerNorm", "norm"),
+            ("MLP", "mlp"), "+", ("LayerNorm", "norm")]
+    pre = [("LayerNorm", "norm"), ("Multi-head attention", "attention"), "+",
+           ("LayerNorm", "norm"), ("MLP", "mlp"), "+"]
+    for cx, title, steps, residuals in [(2.1, "Post-LN (original Transformer)", post, [(0, 1), (3, 4)]),
+                                        (6.0, "Pre-LN (ViT, GPT-2)", pre, [(0, 2), (3, 5)])]:
+        boxes, out = _stack(c, cx + 0.15, 1.15, steps, residuals)
+        _group(c, cx - 1.6, 0.85, cx + 1.75, boxes[-1].top[1] + 0.13)
+        c.title(cx, out[1] + 0.3, title)
+    c.text(4.0, 0.12, "input at the bottom; red lines: residual connections (the identity path)",
+           fontsize=SMALL, color=SHAPE, va="bottom")
+    return c.figure
+
+
+def scaled_dot_product_attention_diagram() -> Figure:
+    """Chapter 3: softmax(Q Kᵀ / √d_k + mask) V, with the shape after each step."""
+    c = Canvas(5.6, 6.4)
+    cx, w, h = 2.3, 2.5, 0.46                    # the column of steps; inputs enter at +-0.6 of its centre
+    q = c.box(cx - 0.6, 0.45, 1.0, 0.42, "Q", "tensor", bold=True)
+    k = c.box(cx + 0.6, 0.45, 1.0, 0.42, "K", "tensor", bold=True)
+    v = c.box(4.5, 0.45, 1.0, 0.42, "V", "tensor", bold=True)
+    for box, shape in ((q, "(B, T, d_k)"), (k, "(B, S, d_k)"), (v, "(B, S, d_v)")):
+        c.shape(box.cx, 0.08, shape, ha="center")
+    mm1 = c.box(cx, 1.45, w, h, "MatMul  Q Kᵀ", "op")
+    c.arrow(q.top, (q.cx, mm1.bottom[1]))
+    c.arrow(k.top, (k.cx, mm1.bottom[1]))
+    scale = c.box(cx, 2.35, w, h, "Scale  ÷ √d_k", "op")
+    c.arrow(mm1.top, scale.bottom, label="scores (B, T, S)")
+    mask = c.box(cx, 3.25, w, h, "Mask (optional)", "mask", dashed=True)
+    c.arrow(scale.top, mask.bottom, label="(B, T, S)")
+    c.text(mask.cx - w / 2 - 0.1, mask.cy, "blocked\nscores\n→ −∞", fontsize=SMALL, ha="right", color=SHAPE)
+    soft = c.box(cx, 4.15, w, h, "Softmax over S", "op")
+    c.arrow(mask.top, soft.bottom, label="(B, T, S)")
+    mm2 = c.box(cx + 0.6, 5.15, w, h, "MatMul  weights · V", "op")
+    c.arrow(soft.top, (soft.cx, mm2.bottom[1]), label="weights (B, T, S)")
+    c.path([v.top, (v.cx, 4.7), (mm2.cx + 0.6, 4.7), (mm2.cx + 0.6, mm2.bottom[1])])
+    c.shape(v.cx + 0.08, 2.8, "(B, S, d_v)")
+    c.arrow(mm2.top, (mm2.cx, 5.85), label="output (B, T, d_v)")
+    c.text(0.15, 6.22, "Scaled dot-product attention", fontsize=11.5, weight="bold", ha="left")
+    return c.figure
+
+
+def multi_head_attention_diagram() -> Figure:
+    """Chapter 4: multi-head attention's data flow, with the tensor shapes between the steps."""
+    c = Canvas(8.0, 7.35)
+    lanes = {"Q": 1.6, "K": 4.0, "V": 6.4}
+    w, h, kind_in = 2.0, 0.44, {"Q": "(B, T, D)", "K": "(B, S, D)", "V": "(B, S, D)"}
+    x_in = c.box(lanes["Q"], 0.42, 1.5, 0.42, "x", "tensor", bold=True)
+    c.shape(x_in.right[0] + 0.1, x_in.cy, "(B, T, D)")
+    ctx = c.box(5.2, 0.42, 1.5, 0.42, "context", "tensor", bold=True)
+    c.shape(ctx.right[0] + 0.1, ctx.cy, "(B, S, D)")
+    c.text(ctx.cx, 0.0, "self-attention: context = x, S = T", fontsize=SMALL, color=SHAPE, va="bottom")
+    proj, split = {}, {}
+    for name, x in lanes.items():
+        proj[name] = c.box(x, 1.3, w, h, f"Linear  W_{name}", "linear")
+        split[name] = c.box(x, 2.15, w, h, "split into h heads", "op")
+        c.arrow(proj[name].top, split[name].bottom, label=kind_in[name])
+    c.arrow(x_in.top, proj["Q"].bottom)
+    for name in ("K", "V"):
+        c.path([ctx.top, (ctx.cx, 0.86), (lanes[name], 0.86), proj[name].bottom])
+    scores = c.box(2.8, 3.1, 3.0, h, "Q Kᵀ / √d_k", "op")
+    c.arrow(split["Q"].top, (lanes["Q"], scores.bottom[1]), label="Q (B, h, T, d_k)", side="left")
+    c.arrow(split["K"].top, (lanes["K"], scores.bottom[1]), label="K (B, h, S, d_k)")
+    soft = c.box(2.8, 3.95, 3.0, h, "softmax over S (+ mask)", "op")
+    c.arrow(scores.top, soft.bottom, label="scores (B, h, T, S)")
+    mix = c.box(4.6, 4.8, 4.0, h, "weights · V", "op")
+    c.arrow(soft.top, (soft.cx, mix.bottom[1]), label="weights (B, h, T, S)", side="left")
+    c.arrow(split["V"].top, (lanes["V"], mix.bottom[1]), label="V (B, h, S, d_k)")
+    merge = c.box(4.6, 5.65, 2.4, h, "merge heads", "op")
+    c.arrow(mix.top, merge.bottom, label="(B, h, T, d_k)")
+    out = c.box(4.6, 6.5, 2.4, h, "Linear  W_O", "linear")
+    c.arrow(merge.top, out.bottom, label="(B, T, h·d_k) = (B, T, D)")
+    c.arrow(out.top, (out.cx, 7.3), label="output (B, T, D)")
+    c.text(0.15, 7.0, "Multi-head attention", fontsize=11.5, weight="bold", ha="left")
+    c.text(0.15, 6.65, "h heads of width d_k = D / h,\nall computed at once", fontsize=SMALL, ha="left",
+           va="top", color=SHAPE)
+    return c.figure
+
+
+def vit_diagram() -> Figure:
+    """Chapters 6 and 7: image -> patches -> linear projection -> class token and positions ->
+    L encoder blocks -> LayerNorm -> head on the class token."""
+    c = Canvas(9.0, 6.5)
+    # the image, cut into a 3 x 3 grid of patches (the figure's stand-in for N patches)
+    g, side, x0, y0 = 3, 1.35, 0.2, 0.35
+    shades = ["#7fa7c9", "#9dbdd6", "#bcd3e3", "#86b08b", "#a7c9a4", "#c8dfc3", "#d9a38b", "#e6bca7", "#f0d4c6"]
+    cell = side / g
+    for i in range(g):
+        for j in range(g):
+            c.ax.add_patch(Rectangle((x0 + j * cell, y0 + (g - 1 - i) * cell), cell, cell,
+                                     fc=shades[i * g + j], ec="white", lw=1.5, zorder=2))
+    c.shape(x0 + side / 2, y0 + side + 0.17, "image (B, C, H, W)", ha="center")
+    # one column per token: the class token's, then the N patches' in reading order
+    pw, gap, first = 0.42, 0.12, 2.6
+    token_x = [first + pw / 2 + k * (pw + gap) for k in range(g * g + 1)]
+    patch_x, left, right = token_x[1:], token_x[0] - pw / 2, token_x[-1] + pw / 2
+    c.arrow((x0 + side + 0.05, 0.55), (patch_x[0] - pw / 2 - 0.05, 0.55))
+    c.text((x0 + side + patch_x[0] - pw / 2) / 2, 0.95, "N = HW/P²\npatches", fontsize=SMALL, color=SHAPE)
+    for k, x in enumerate(patch_x):
+        c.ax.add_patch(Rectangle((x - pw / 2, 0.35), pw, 0.4, fc=shades[k], ec=LINE, lw=0.8, zorder=2))
+        c.text(x, 0.55, str(k + 1), fontsize=SMALL)
+    c.shape(patch_x[0] - pw / 2, 0.12, "flattened patches (B, N, P²·C)")
+    proj = c.box((patch_x[0] + patch_x[-1]) / 2, 1.41, patch_x[-1] - patch_x[0] + pw + 0.1, 0.42,
+                 "Linear projection E  (P²·C → D)", "linear")
+    for x in patch_x:
+        c.arrow((x, 0.75), (x, proj.bottom[1]), lw=0.9)
+    # tokens, each plus its row of the position table
+    ty, py = 2.3, 2.98
+    for k, x in enumerate(token_x):
+        c.box(x, ty, pw, 0.38, "CLS" if k == 0 else "", "attention" if k == 0 else "embed",
+              fontsize=SMALL - 1.5, rounded=False)
+        c.text(x, (ty + py) / 2 - 0.01, "+", fontsize=SMALL + 1)
+        c.box(x, py, pw, 0.3, str(k), "norm", fontsize=SMALL, rounded=False)
+        if k:
+            c.arrow((x, proj.top[1]), (x, ty - 0.19), lw=0.9)
+    c.text(token_x[0], ty - 0.3, "learned\nclass token", fontsize=SMALL - 0.5, color=SHAPE, va="top")
+    c.text(left - 0.1, ty, "tokens", fontsize=SMALL, ha="right", color=SHAPE)
+    c.text(left - 0.1, py, "+ positions E_pos", fontsize=SMALL, ha="right", color=SHAPE)
+    c.shape(right + 0.1, (ty + py) / 2, "(B, N+1, D)")
+    enc = c.box((left + right) / 2, 3.9, right - left, 0.7, "", "attention")
+    c.text(enc.cx, enc.cy + 0.11, "Transformer encoder: L pre-LN blocks", fontsize=FONT + 0.5, weight="bold")
+    c.text(enc.cx, enc.cy - 0.17, "(LayerNorm, multi-head attention, +, LayerNorm, MLP, +)", fontsize=SMALL)
+    for x in token_x:
+        c.arrow((x, py + 0.15), (x, enc.bottom[1]), lw=0.9)
+    c.shape(right + 0.1, enc.cy, "(B, N+1, D)")
+    # the head reads the class token only
+    for x in patch_x:
+        c.ax.plot([x, x], [enc.top[1], enc.top[1] + 0.16], color="#999999", lw=0.9, zorder=1)
+    c.text(right, enc.top[1] + 0.3, "patch tokens' outputs: not used by the classifier", fontsize=SMALL,
+           color="#777777", ha="right")
+    norm = c.box(token_x[0], 4.95, 1.5, 0.42, "LayerNorm", "norm")
+    c.arrow((token_x[0], enc.top[1]), norm.bottom)
+    c.shape(token_x[0] - 0.1, (enc.top[1] + norm.bottom[1]) / 2, "token 0: (B, D)", ha="right")
+    head = c.box(token_x[0], 5.8, 1.5, 0.42, "Linear head", "mlp")
+    c.arrow(norm.top, head.bottom)
+    c.arrow(head.right, (head.right[0] + 0.6, head.cy))
+    c.shape(head.right[0] + 0.7, head.cy, "class scores (B, classes)")
+    c.text(8.85, 6.25, "Vision Transformer (ViT)", fontsize=11.5, weight="bold", ha="right")
+    return c.figure
+
+
+def decoder_block_diagram() -> Figure:
+    """Chapter 8: a pre-LN decoder block, masked self-attention then cross-attention to the encoder."""
+    c = Canvas(7.0, 7.2)
+    cx = 2.9
+    steps = [("LayerNorm", "norm"), ("Masked multi-head attention", "attention"), "+",
+             ("LayerNorm", "norm"), ("Multi-head cross-attention", "attention"), "+",
+             ("LayerNorm", "norm"), ("MLP", "mlp"), "+"]
+    boxes, out = _stack(c, cx, 0.95, steps, [(0, 2), (3, 5), (6, 8)], width=2.9, height=0.4, gap=0.2)
+    _group(c, cx - 1.95, 0.68, cx + 1.75, boxes[-1].top[1] + 0.12)
+    cross = boxes[4]
+    enc = c.box(6.0, cross.cy - 0.8, 1.6, 0.5, "encoder output", "tensor", bold=True)
+    c.shape(enc.cx, enc.bottom[1] - 0.16, "(B, S, D)", ha="center")
+    c.path([enc.top, (enc.cx, cross.cy), cross.right])
+    c.text((cross.right[0] + enc.cx) / 2 + 0.1, cross.cy + 0.18, "keys, values", fontsize=SMALL, color=SHAPE)
+    c.shape(cross.right[0] + 0.1, cross.cy - 0.2, "weights (B, h, T, S)")
+    c.text(boxes[1].right[0] + 0.12, boxes[1].cy, "causal: token t sees\ntokens 1 … t only", fontsize=SMALL,
+           ha="left", color=SHAPE)
+    c.title(cx, out[1] + 0.3, "Decoder block (pre-LN)")
+    return c.figure
+
+
+def kv_cache_diagram(steps: int = 4) -> Figure:
+    """Chapter 8: generation with a KV cache. Each step computes the new token's query, key and value,
+    appends the key and value to the cache, and attends from one query over all cached keys."""
+    pitch, first = 1.95, 2.15
+    c = Canvas(first + pitch * (steps - 1) + 1.2, 5.7)
+    cw, ch, base = 0.34, 0.26, 2.1                  # a cache row's width and height; the caches' bottom
+    for s in range(steps):
+        t, x = s + 1, first + pitch * s             # x: the K column; V at x + 0.5, the query at x - 0.55
+        mid = x + 0.18
+        c.title(mid, 5.4, f"step t = {t}", fontsize=FONT + 0.5)
+        tok = c.box(mid, 0.6, 1.2, 0.38, f"token {t}", "embed")
+        proj = c.box(mid, 1.4, 1.5, 0.38, "W_Q, W_K, W_V", "linear", fontsize=SMALL + 0.5)
+        c.arrow(tok.top, proj.bottom)
+        top = base + steps * ch                      # the caches hang from here, the newest row lowest
+        for col, name in ((x, "K"), (x + 0.5, "V")):
+            for i in range(t):
+                c.box(col, top - (i + 0.5) * ch, cw, ch, f"{name.lower()}{i + 1}",
+                      "attention" if i == t - 1 else "cache", fontsize=SMALL - 1, rounded=False)
+            c.arrow((col, proj.top[1]), (col, top - t * ch), lw=0.9)
+            c.arrow((col, top), (col, 3.47), lw=0.9)
+        q = c.box(x - 0.55, top - (t - 0.5) * ch, cw, ch, f"q{t}", "attention", fontsize=SMALL - 1, rounded=False)
+        c.arrow((q.cx, proj.top[1]), q.bottom, lw=0.9)
+        att = c.box(mid, 3.7, 1.6, 0.46, "attend: 1 query,\nt keys", "op", fontsize=SMALL)
+        c.arrow(q.top, (q.cx, att.bottom[1]), lw=0.9)
+        out = c.box(mid, 4.65, 1.2, 0.38, f"token {t + 1}", "embed")
+        c.arrow(att.top, out.bottom)
+    for y, text in [(0.6, "one new token\n(B, 1, D)"), (1.4, "projections"),
+                    (base + steps * ch / 2, "query, and the\ncache K, V:\n(B, h, t, d_k)"),
+                    (3.7, "scores\n(B, h, 1, t)"), (4.65, "next token")]:
+        c.text(0.1, y, text, fontsize=SMALL, ha="left", color=SHAPE)
+    c.text(c.figure.get_figwidth() / 2, 0.04,
+           "grey: keys and values read from the cache (computed at earlier steps); orange: computed at this step",
+           fontsize=SMALL, color=SHAPE, va="bottom")
+    return c.figure
+
+
+# Every diagram, by name: what the chapters and tests/test_diagrams.py use.
+DIAGRAMS = {
+    "scaled_dot_product_attention_diagram": scaled_dot_product_attention_diagram,
+    "multi_head_attention_diagram": multi_head_attention_diagram,
+    "encoder_block_diagram": encoder_block_diagram,
+    "vit_diagram": vit_diagram,
+    "decoder_block_diagram": decoder_block_diagram,
+    "kv_cache_diagram": kv_cache_diagram,
+}
+
+__all__ = ["Box", "Canvas", "COLORS", "DIAGRAMS", "to_svg", *DIAGRAMS]
