@@ -5,7 +5,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from vitref.charlm import CharTokenizer, evaluate_loss, python_docs_corpus, random_windows, split, train_char_lm
+from vitref.charlm import (CharTokenizer, evaluate_loss, perplexity, python_docs_corpus, random_windows,
+                          sample_at_temperatures, split, train_char_lm)
 from vitref.generation import DecoderOnlyLM, generate
 
 
@@ -78,3 +79,52 @@ def test_training_rejects_a_context_longer_than_the_model():
     model = DecoderOnlyLM(5, 8)
     with pytest.raises(ValueError, match="context 16 exceeds the model's maximum sequence length 8"):
         train_char_lm(model, torch.zeros(100, dtype=torch.long), context=16)
+
+
+def _tiny_run(seed, steps=12):
+    """A few steps of the training loop on a tiny corpus; returns the losses and the validation loss."""
+    text = "the cat sat on the mat.\nthe dog sat on the log.\n" * 20
+    tok = CharTokenizer(text)
+    train, valid = split(tok.encode_tensor(text), 0.8)
+    torch.manual_seed(seed)
+    model = DecoderOnlyLM(tok.vocab_size, 16, dim=16, depth=1, num_heads=2)
+    result = train_char_lm(model, train, context=16, batch_size=8, lr=1e-2, max_steps=steps, warmup=3, seed=seed)
+    return result, evaluate_loss(model, valid, 16), model, tok
+
+
+def test_a_budget_in_steps_with_a_seed_gives_identical_losses(one_thread):
+    first, first_valid, _, _ = _tiny_run(seed=3)
+    second, second_valid, _, _ = _tiny_run(seed=3)
+    assert first.steps == second.steps == 12 and len(first.losses) == 12
+    assert first.losses == second.losses and first_valid == second_valid        # bit for bit
+    other, other_valid, _, _ = _tiny_run(seed=4)
+    assert other.losses != first.losses and other_valid != first_valid
+    assert first.losses[-1] < first.losses[0]                                       # and it learns
+
+
+def test_perplexity_of_a_uniform_model_is_the_vocabulary_size():
+    torch.manual_seed(0)
+    model = DecoderOnlyLM(11, 16, dim=8, depth=1, num_heads=2)
+    torch.nn.init.zeros_(model.head.weight)                          # every logit 0: a uniform guess
+    loss = evaluate_loss(model, torch.randint(0, 11, (100,)), 16)
+    assert math.isclose(loss, math.log(11), rel_tol=1e-6)
+    assert math.isclose(perplexity(loss), 11, rel_tol=1e-6)
+    assert perplexity(0.0) == 1.0
+    with pytest.raises(ValueError, match="a cross-entropy loss is a number >= 0, got -0.5"):
+        perplexity(-0.5)
+
+
+def test_samples_at_temperatures_are_seeded_and_greedy_at_zero(one_thread):
+    _, _, model, tok = _tiny_run(seed=0, steps=30)
+    samples = sample_at_temperatures(model, tok, "the ", (0.0, 1.0, 5.0), 10, seed=1)
+    assert list(samples) == [0.0, 1.0, 5.0]
+    assert all(s.startswith("the ") and len(s) == 14 for s in samples.values())     # <pad> is never drawn
+    greedy = generate(model, [tok.encode("the ")], 10)
+    assert samples[0.0] == "the " + tok.decode(greedy.new_tokens[0])
+    assert sample_at_temperatures(model, tok, "the ", (1.0, 5.0), 10, seed=1) == {1.0: samples[1.0], 5.0: samples[5.0]}
+    hot = [sample_at_temperatures(model, tok, "the ", (5.0,), 10, seed=s)[5.0] for s in range(4)]
+    assert len(set(hot)) > 1                                         # the seed matters when sampling
+    stopped = sample_at_temperatures(model, tok, "the ", (0.0,), 10, eos=samples[0.0][4])[0.0]
+    assert stopped == samples[0.0][:5]                               # ends at the first eos character
+    with pytest.raises(ValueError, match="eos must be one character"):
+        sample_at_temperatures(model, tok, "the ", (0.0,), 10, eos="ab")
