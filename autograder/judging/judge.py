@@ -115,10 +115,18 @@ class JudgeCase(ProbeCase):
 _STATE_CACHE: OrderedDict = OrderedDict()
 
 
+def _inputs_key() -> tuple:
+    """Which inputs (and parameter pool) are in force: part of the key of every cache of values
+    computed from them, since every run of a notebook draws its own."""
+    from ..questions import inputs as recipes
+
+    return recipes.current().cache_key()
+
+
 def _candidate_cache(qid, target, student, values, heads, head_width, record_params, seed, index, layouts=None):
     key = (qid, tuple((p.name, p.shape) for p in target), tuple(map(lambda p: (p[0], tuple(p[1]), p[2]),
                                                                    record_params)),
-           heads, head_width, seed, index, layouts)
+           heads, head_width, seed, index, layouts, _inputs_key())
     if key in _STATE_CACHE:
         _STATE_CACHE.move_to_end(key)
         return _STATE_CACHE[key]
@@ -178,7 +186,7 @@ def _structure_key(student_case: dict):
 def reference_outputs(question: Question, case_index: int, student_case: dict, verify: bool = True):
     """All acceptable reference outputs for a case: list of dicts (may be empty), and the
     structural error message when the student's parameters fit no reference."""
-    key = (question.id, case_index, _structure_key(student_case))
+    key = (question.id, case_index, _structure_key(student_case), _inputs_key())
     if key in _REF_CACHE and not _needs_tensors(student_case):
         _REF_CACHE.move_to_end(key)
         return _REF_CACHE[key]
@@ -549,6 +557,7 @@ def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> 
     and the instructor's flags (:func:`autograder.judging.scan.suspicious`)."""
     import dataclasses
 
+    from ..questions import inputs as recipes
     from .scan import scan_source, suspicious
 
     points = float(question.points)
@@ -568,7 +577,10 @@ def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> 
         except Exception:  # noqa: BLE001 - the scan must never block a grade
             hits = []
         try:
-            result = judge(question, got["data"], static_hits=hits)
+            # the inputs of the run that produced this result (each run draws its own)
+            source = got.get("source") or recipes.current()
+            with recipes.using(source):
+                result = judge(question, got["data"], static_hits=hits)
         except Exception as error:  # noqa: BLE001 - a malformed probe result is a zero, not a crash
             result = Result(question.id, False, 0.0, points,
                             f"{question.title}: the answer's outputs could not be read "

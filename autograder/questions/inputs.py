@@ -39,6 +39,11 @@ def key_text(key: tuple) -> str:
 class PublicSource:
     """Values from the public seeds (no secret)."""
 
+    def cache_key(self) -> tuple:
+        """Equal for two sources exactly when they give the same values (what a cache of
+        values computed from the inputs is keyed on)."""
+        return ("public",)
+
     def seed_words(self, code: int, seed: int) -> list[int]:
         return [int(code), int(seed)]
 
@@ -62,6 +67,9 @@ class ProvidedSource:
         self._pool = np.asarray(pool, dtype=np.float32)
         if self._pool.shape != (POOL_SIZE,):
             raise InputMissing(f"the parameter pool has shape {self._pool.shape}, expected ({POOL_SIZE},)")
+
+    def cache_key(self) -> tuple:
+        return ("provided", id(self))
 
     def draw(self, key: tuple, make):
         text = key_text(key)
