@@ -41,6 +41,7 @@ import json
 import multiprocessing
 import os
 import re
+import secrets
 import signal
 import sys
 import time
@@ -237,32 +238,33 @@ def _short(text: str) -> str:
 
 
 class RunInputs:
-    """The secret inputs of this grading run, drawn once per job (they depend only on the
-    salt), packed per set of questions for the sandbox."""
+    """The secret inputs of a grading job: each run of each submission draws its own
+    (:func:`autograder.judging.secret.run_salt`, keyed by a secret of this job), with the
+    arrays of that run's questions only; ``key=None``: the public inputs everywhere
+    (``--public-inputs``)."""
 
-    def __init__(self, salt: int):
-        from autograder.judging.secret import SaltedSource
-        self.source = SaltedSource(salt)
-        self._arrays: dict = {}
-        self._blobs: dict = {}
+    def __init__(self, key: bytes | None):
+        if key is not None and len(key) < 16:
+            raise ValueError("the secret key of a grading job must have at least 16 bytes")
+        self.key = key
 
-    def blob(self, qids) -> bytes:
-        import autograder
-        from autograder.judging.secret import draw_inputs, pack_inputs
-        key = tuple(qids)
-        if key not in self._blobs:
-            arrays = {}
-            for qid in qids:
-                if qid not in self._arrays:
-                    self._arrays[qid] = draw_inputs(autograder.question(qid), self.source)
-                arrays.update(self._arrays[qid])
-            self._blobs[key] = pack_inputs(arrays, self.source.pool())
-        return self._blobs[key]
+    def for_submission(self, student: str, assignment: str):
+        """``(run, qids) -> (blob, source)`` for :func:`autograder.hosts.driver.run_submission`."""
+        from autograder.judging.secret import SaltedSource, run_inputs, run_salt
+        from autograder.questions.inputs import PublicSource
+
+        def draw(run: int, qids) -> tuple[bytes, object]:
+            source = PublicSource() if self.key is None else \
+                SaltedSource(run_salt(self.key, student, assignment, run, qids))
+            return run_inputs(qids, source), source
+
+        return draw
 
 
 def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> dict:
     """Grade one submission (in a worker process): sandboxed run, then judge every question.
-    ``inputs``: the run's secret inputs (the judges must draw from the same source)."""
+    ``inputs``: the job's secret inputs (None: the public ones); each run of the notebook gets
+    its own, and each question is judged on those of the run that probed it."""
     import autograder
     from autograder.hosts.driver import run_submission
     from autograder.judging import preflight
@@ -308,8 +310,10 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
         reason = f"the notebook could not be read: {problem}; nothing could be graded"
         return finish([_zero(q, reason) for q in qs], reason)
 
+    if inputs is None:
+        inputs = RunInputs(None)
     outcome = run_submission(zygote, raw, task.qids, limits, name=os.path.basename(task.notebook),
-                             inputs=inputs.blob(task.qids) if inputs is not None else b"")
+                             inputs=inputs.for_submission(task.student, task.assignment))
     result["status"] = outcome.status
     result["run_seconds"] = round(outcome.seconds, 3)
     try:
@@ -345,7 +349,6 @@ def _worker(slot: int, conn, options: dict) -> None:
     """A grading job: owns one sandbox zygote, grades the tasks it is sent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the coordinator handles Ctrl-C
     from autograder.hosts.sandbox import Limits, Zygote
-    from autograder.questions import inputs as input_recipes
     limits = Limits(**options["limits"])
     zygote = Zygote(slot=slot, preload=tuple(options["preload"]), hide=tuple(options["hide"]),
                     memory_mb=limits.memory_mb)
@@ -358,9 +361,8 @@ def _worker(slot: int, conn, options: dict) -> None:
     except Exception:  # noqa: BLE001 - run() restarts it on the first task and reports there
         zygote.close_process()
     _cap_memory(JUDGE_MEMORY_MB)
-    inputs = RunInputs(int(options.get("salt", 0)))
-    restore = input_recipes.using(inputs.source)   # the judges draw the same secret inputs
-    restore.__enter__()
+    # this job's secret: every run of every submission draws its inputs from a salt derived from it
+    inputs = RunInputs(None if options.get("public_inputs") else secrets.token_bytes(32))
     try:
         conn.send(("ready", slot, None))
         while True:
@@ -711,9 +713,8 @@ def run(args: argparse.Namespace) -> int:
     course_root = source_dir.parent if source_dir else None
     hide = [str(root)] + ([str(course_root)] if course_root else []) + \
         ([str(source_dir)] if source_dir else [])
-    import secrets
     options = {"limits": asdict(limits), "preload": _preload(source_dir, sorted(questions)),
-               "hide": hide, "salt": 0 if args.public_inputs else secrets.randbits(63),
+               "hide": hide, "public_inputs": bool(args.public_inputs),
                "root": str(root), "sources": sources}
     where = f" (shard {shard[0]} of {shard[1]})" if shard else ""
     print(f"grading {len(todo)} submission(s) of {len({t.student for t in tasks_shown})} student(s){where} "

@@ -26,7 +26,9 @@ MIN_ATTEMPT = 2.0     # seconds: an attempt with less budget left is not started
 @dataclass
 class Outcome:
     status: str = "ok"                 # ok | invalid | timeout | crashed
-    probes: dict = field(default_factory=dict)   # qid -> {"data": probe data} | {"unavailable": why}
+    # qid -> {"data": probe data, "run": index, "source": the run's input source} | {"unavailable": why}
+    probes: dict = field(default_factory=dict)
+    runs: list = field(default_factory=list)   # per run: {"qids": [...], "ban": [...], "source": ...}
     reason: str = ""                   # notes for the whole submission (cells skipped, errors)
     cell_errors: list = field(default_factory=list)
     seconds: float = 0.0
@@ -86,10 +88,25 @@ def _hindered(outcome: Outcome, qid: str, cells_hit: bool) -> bool:
     return "ForbiddenCall" in repr(data.get("fatal", "")) + repr(data.get("cases", ""))
 
 
-def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs: bytes = b"") -> Outcome:
+def _inputs_per_run(inputs):
+    """``inputs`` as a function ``(run, qids) -> (blob, source)``: a function stays one; bytes
+    (the same blob for every run) come with the source in force now (the public inputs unless a
+    caller chose another), from which the judge then rebuilds them."""
+    if callable(inputs):
+        return inputs
+    from ..questions import inputs as recipes
+    source = recipes.current()
+    return lambda run, qids: (bytes(inputs), source)
+
+
+def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs=b"") -> Outcome:
     """Run a notebook on ``host`` once per group of :func:`ban_groups` (again without a
     culprit cell if its process dies), all within one budget of ``limits.timeout``; then,
-    without any ban, the questions that forbid nothing and were hindered by their group's."""
+    without any ban, the questions that forbid nothing and were hindered by their group's.
+
+    ``inputs(run, qids) -> (blob, source)`` gives each run (0, 1, ... in order, the re-run
+    without ban included) the packed inputs of its questions ``qids`` and the source they were
+    drawn from; a crashed run's attempts reuse its inputs."""
     from ..questions import question
     from ..student.cells import code_only
 
@@ -100,9 +117,10 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs:
     extra = sum(float(question(qid).seconds) for qid in dict.fromkeys(qids))
     state["end"] = state["started"] + float(limits.timeout) + extra
     again: list[str] = []
+    draw = _inputs_per_run(inputs)
     for ban, group in ban_groups(list(qids)):
         state["forbidden_in_cells"] = False
-        _run_group(host, raw, group, list(ban), limits, name, inputs, outcome, state)
+        _run_group(host, raw, group, list(ban), limits, name, draw, outcome, state)
         if outcome.status == "invalid":
             break
         if ban:
@@ -111,18 +129,21 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs:
     if again and outcome.status != "invalid":
         for qid in again:
             outcome.probes.pop(qid, None)
-        _run_group(host, raw, again, [], limits, name, inputs, outcome, state)
+        _run_group(host, raw, again, [], limits, name, draw, outcome, state)
     outcome.reason = "; ".join(dict.fromkeys(state["notes"]))
     outcome.seconds = time.monotonic() - state["started"]
     return outcome
 
 
-def _run_group(host, raw, qids, ban, limits, name, inputs, outcome, state) -> None:
+def _run_group(host, raw, qids, ban, limits, name, draw, outcome, state) -> None:
     from .training import stamp, timed
 
     skip, notes = state["skip"], state["notes"]
     clocked = set(timed(qids))     # the host timed these (their first result counts: hosts/training.py)
     todo = list(qids)
+    run_index = len(outcome.runs)      # not `index`: the loops below name cells that way
+    inputs, source = draw(run_index, list(qids))
+    outcome.runs.append({"qids": list(qids), "ban": list(ban), "source": source})
     for attempt in range(MAX_ATTEMPTS):
         left = state["end"] - time.monotonic()
         if left < MIN_ATTEMPT and (attempt or outcome.attempts):
@@ -164,7 +185,7 @@ def _run_group(host, raw, qids, ban, limits, name, inputs, outcome, state) -> No
                     data = wire.read_result(header, blob)
                     if header["qid"] in clocked:
                         stamp(data, header["qid"], run)
-                    outcome.probes[header["qid"]] = {"data": data}
+                    outcome.probes[header["qid"]] = {"data": data, "run": run_index, "source": source}
                 except Exception as error:  # noqa: BLE001 - whatever the student's process sent
                     outcome.probes[header["qid"]] = {"unavailable": f"its outputs could not be read ({error})"}
             elif kind == "unavailable" and header.get("qid") in todo and not (

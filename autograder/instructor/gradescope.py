@@ -215,7 +215,6 @@ def grade_one(root: Path, config: dict, log) -> dict:
     import autograder
     from autograder.batch import RunInputs, Task, grade_task
     from autograder.hosts.sandbox import Limits, Zygote
-    from autograder.questions import inputs as input_recipes
 
     submission = root / "submission"
     assignment = config.get("assignment") or detect_assignment(submission)
@@ -232,20 +231,15 @@ def grade_one(root: Path, config: dict, log) -> dict:
         f"limits {limits.timeout:g} s, {limits.memory_mb} MB; grader {autograder.__file__}")
     task = Task("submission", assignment, str(submission), str(notebook) if notebook else None,
                 "", [q.id for q in qs], note)
-    inputs = RunInputs(secrets.randbits(63))
-    restore = input_recipes.using(inputs.source)      # the judges draw the same secret inputs
-    restore.__enter__()
+    inputs = RunInputs(secrets.token_bytes(32))      # each run of the notebook draws its own inputs from it
+    from autograder.batch import _preload
+    zygote = Zygote(slot=0, preload=tuple(_preload(None, [assignment])), hide=hide,
+                    sandbox_mode=sandbox_mode, memory_mb=None)
     try:
-        from autograder.batch import _preload
-        zygote = Zygote(slot=0, preload=tuple(_preload(None, [assignment])), hide=hide,
-                        sandbox_mode=sandbox_mode, memory_mb=None)
-        try:
-            zygote.start()
-            result = grade_task(task, zygote, limits, inputs)
-        finally:
-            zygote.close()
+        zygote.start()
+        result = grade_task(task, zygote, limits, inputs)
     finally:
-        restore.__exit__(None, None, None)
+        zygote.close()
     result["sandbox"] = sandbox_mode
     return result
 

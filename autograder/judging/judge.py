@@ -177,6 +177,14 @@ def _entries(record: dict) -> int:
 _STATE_CACHE: OrderedDict = OrderedDict()
 
 
+def _inputs_key() -> tuple:
+    """Which inputs (and parameter pool) are in force: part of the key of every cache of values
+    computed from them, since every run of a notebook draws its own."""
+    from ..questions import inputs as recipes
+
+    return recipes.current().cache_key()
+
+
 def _candidate_cache(qid, target, student, values, heads, head_width, record_params, seed, index, layouts=None,
                      biases=False):
     """The candidates (:func:`autograder.judging.params.candidate_state_dicts`) as
@@ -187,7 +195,7 @@ def _candidate_cache(qid, target, student, values, heads, head_width, record_par
     candidate that fills a bias of the reference with zeros is refused."""
     key = (qid, tuple((p.name, p.shape) for p in target), tuple(map(lambda p: (p[0], tuple(p[1]), p[2]),
                                                                    record_params)),
-           heads, head_width, seed, index, layouts, biases)
+           heads, head_width, seed, index, layouts, biases, _inputs_key())
     if key in _STATE_CACHE:
         _STATE_CACHE.move_to_end(key)
         return _STATE_CACHE[key]
@@ -257,10 +265,15 @@ def _structure_key(student_case: dict):
     return tuple(tuple((p[0], tuple(p[1]), p[2]) for p in m["params"]) for m in student_case.get("modules") or [])
 
 
-def reference_outputs(question: Question, case_index: int, student_case: dict, verify: bool = True):
+def reference_outputs(question: Question, case_index: int, student_case: dict, verify: bool = True,
+                      accept=None):
     """All acceptable reference outputs for a case: list of dicts (may be empty), and the
-    structural error message when the student's parameters fit no reference."""
-    key = (question.id, case_index, _structure_key(student_case))
+    structural error message when the student's parameters fit no reference.
+
+    ``accept(outputs) -> bool``: stop at the first reference outputs it accepts (the list then
+    ends with them, and is not cached); every run of a notebook draws its own inputs, so the
+    references of a passing answer are computed once and only as far as needed."""
+    key = (question.id, case_index, _structure_key(student_case), _inputs_key())
     if key in _REF_CACHE:
         _REF_CACHE.move_to_end(key)
         return _REF_CACHE[key]
@@ -278,6 +291,8 @@ def reference_outputs(question: Question, case_index: int, student_case: dict, v
             if error is not None:
                 raise RuntimeError(f"reference for {question.id} failed on case {case_index}: {error}")
             results.append(outputs)
+            if accept is not None and accept(outputs):
+                return results, structural
             candidate += 1
             if count <= candidate:
                 break
@@ -456,7 +471,9 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
                 if message:
                     problems.append((case, message))
                 continue
-            references, structural = reference_outputs(question, index, student_case, verify)
+            references, structural = reference_outputs(
+                question, index, student_case, verify,
+                accept=lambda outputs: _compare_outputs(question, case, student_case["outputs"], outputs) is None)
             if not references:
                 problems.append((case, f"your module's parameters do not fit the exercise: {structural}"))
                 continue
@@ -703,6 +720,7 @@ def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> 
     stays in the result, with ``held`` naming the flags (see :func:`autograder.judging.scan.holds`)."""
     import dataclasses
 
+    from ..questions import inputs as recipes
     from .scan import holds, scan_source
     from .scan import flags as scan_flags
 
@@ -723,7 +741,10 @@ def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> 
         except Exception:  # noqa: BLE001 - the scan must never block a grade
             hits = []
         try:
-            result = judge(question, got["data"], static_hits=hits)
+            # the inputs of the run that produced this result (each run draws its own)
+            source = got.get("source") or recipes.current()
+            with recipes.using(source):
+                result = judge(question, got["data"], static_hits=hits)
         except Exception as error:  # noqa: BLE001 - a malformed probe result is a zero, not a crash
             result = Result(question.id, False, 0.0, points,
                             f"{question.title}: the answer's outputs could not be read "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -291,7 +292,7 @@ def student_params(record: dict, seed: int, module_index: int, verify: bool = Tr
     """
     params, values = [], {}
     for i, (name, shape, owner) in enumerate(record["params"]):
-        value = inputs.param_values(tuple(shape), seed, module_index, i, name).astype(np.float64)
+        value = _param_values(tuple(shape), seed, module_index, i, name)
         params.append(P(name, tuple(shape), owner))
         values[name] = value
         if verify:
@@ -301,6 +302,20 @@ def student_params(record: dict, seed: int, module_index: int, verify: bool = Tr
                 raise TamperError(f"the parameter {name} did not hold the value the checker wrote into it "
                                   f"(was it re-initialised, or the random number generator patched?)")
     return params, values
+
+
+_VALUES: OrderedDict = OrderedDict()
+
+
+def _param_values(shape: tuple, seed: int, module_index: int, index: int, name: str) -> np.ndarray:
+    """:func:`inputs.param_values` in float64, remembered for the inputs in force (each run of a
+    notebook draws its own pool; the judge regenerates the same values for every reference)."""
+    key = (inputs.current().cache_key(), shape, seed, module_index, index, name)
+    if key not in _VALUES:
+        _VALUES[key] = inputs.param_values(shape, seed, module_index, index, name).astype(np.float64)
+        if len(_VALUES) > 4096:
+            _VALUES.popitem(last=False)
+    return _VALUES[key].copy()
 
 
 class TamperError(Exception):

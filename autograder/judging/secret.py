@@ -1,13 +1,21 @@
 """The secret inputs of a grading run (grader side).
 
-A grading run draws one secret number (the *salt*) and mixes it into every seed: the
-inputs of that run cannot be known in advance, so an answer that returns outputs
-precomputed for the public inputs of ``check()`` fails. The salt never leaves the grader:
-:func:`draw_inputs` computes the arrays a question's probe recipe asks for, and only those
-arrays (and the pool the parameters are filled from) are sent into the sandbox.
+Every run of a notebook in the sandbox (one per group of questions with the same forbidden
+functions, :func:`autograder.hosts.driver.ban_groups`, and a re-run without any ban) gets
+its own secret number, the *salt*, mixed into every seed: :func:`run_salt`, an HMAC of the
+grading job's secret key over (student, assignment, run, questions of the run). The inputs
+of a run cannot be known in advance, so an answer that returns outputs precomputed for the
+public inputs of ``check()`` fails; and nothing one run receives is the input of another
+run or of another student, so a run where a function is allowed cannot compute the answers
+of a run where it is forbidden and hand them over. The salt never leaves the grader:
+:func:`draw_inputs` computes the arrays a question's probe recipe asks for, and only the
+arrays of the run's own questions (and the pool the parameters are filled from) are sent
+into the sandbox (:func:`run_inputs`).
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import io
 
 import numpy as np
@@ -21,6 +29,9 @@ class SaltedSource(I.PublicSource):
 
     def __init__(self, salt: int):
         self.salt = int(salt)
+
+    def cache_key(self) -> tuple:
+        return ("salt", self.salt) if self.salt else ("public",)
 
     def seed_words(self, code: int, seed: int) -> list[int]:
         words = [int(code), int(seed)]
@@ -104,17 +115,72 @@ def draw_inputs(question: Question, source) -> dict[str, np.ndarray]:
     return recording.arrays
 
 
+def run_salt(key: bytes, student: str, assignment: str, run: int, qids) -> int:
+    """The salt of one run of one submission: HMAC-SHA256 of the job's secret ``key`` over
+    ``student/assignment/run/sorted questions``, 63 bits, never 0 (0 means the public inputs).
+    Without the key, the salt of one run says nothing about another's."""
+    if len(key) < 16:
+        raise ValueError("the secret key of a grading job must have at least 16 bytes")
+    message = "/".join([str(student), str(assignment), str(int(run)), ",".join(sorted(map(str, qids)))])
+    digest = hmac.new(key, message.encode("utf-8", "surrogatepass"), hashlib.sha256).digest()
+    return (int.from_bytes(digest[:8], "big") >> 1) or 1
+
+
+# the inputs each question's cases ask for, as (description, make) recorded once per process:
+# which inputs a recipe draws does not depend on the salt, only their values do
+_RECIPES: dict[str, list] = {}
+
+
+class _KeyRecording:
+    """Wraps a source and keeps the description and the maker of every input drawn."""
+
+    def __init__(self, source):
+        self.source = source
+        self.made: dict[str, tuple] = {}
+
+    def draw(self, key, make):
+        self.made.setdefault(I.key_text(key), (key, make))
+        return self.source.draw(key, make)
+
+    def pool(self):
+        return self.source.pool()
+
+
+def _recipe(question: Question) -> list:
+    """``question``'s inputs as (key, make) pairs, recorded once by drawing them. Which inputs a
+    recipe asks for must not depend on their values (their shapes and seeds come from the case):
+    ``tests/threats/test_cross_run_inputs.py`` checks that the quick draw is the reference draw
+    for every question and two salts."""
+    if question.id not in _RECIPES:
+        recording = _KeyRecording(SaltedSource(0x5EC12E7))
+        draw_inputs(question, recording)
+        _RECIPES[question.id] = list(recording.made.values())
+    return _RECIPES[question.id]
+
+
+def draw_question(question: Question, source) -> dict[str, np.ndarray]:
+    """What :func:`draw_inputs` returns, without running the reference answer again: the
+    recorded makers are called with ``source``'s seeds (the first call per question and
+    process records them)."""
+    return {I.key_text(key): np.array(source.draw(key, make), copy=True) for key, make in _recipe(question)}
+
+
+def run_inputs(qids, source) -> bytes:
+    """The packed inputs of one run: the arrays of ``qids`` only, drawn from ``source``, and
+    its parameter pool."""
+    from ..questions import question
+
+    arrays: dict[str, np.ndarray] = {}
+    for qid in dict.fromkeys(qids):
+        arrays.update(draw_question(question(qid), source))
+    return pack_inputs(arrays, source.pool())
+
+
 def public_inputs(qids) -> bytes:
     """The public inputs of ``qids``, packed for a child process (``python -m autograder check``):
     the same values the child would draw itself, plus those only the grader's side can make
     (dataset images)."""
-    from ..questions import question
-
-    source = I.PublicSource()
-    arrays: dict[str, np.ndarray] = {}
-    for qid in dict.fromkeys(qids):
-        arrays.update(draw_inputs(question(qid), source))
-    return pack_inputs(arrays, source.pool())
+    return run_inputs(qids, I.PublicSource())
 
 
 def pack_inputs(arrays: dict[str, np.ndarray], pool: np.ndarray) -> bytes:

@@ -39,6 +39,11 @@ def key_text(key: tuple) -> str:
 class PublicSource:
     """Values from the public seeds (no secret)."""
 
+    def cache_key(self) -> tuple:
+        """Equal for two sources exactly when they give the same values (what a cache of
+        values computed from the inputs is keyed on)."""
+        return ("public",)
+
     def seed_words(self, code: int, seed: int) -> list[int]:
         return [int(code), int(seed)]
 
@@ -65,6 +70,9 @@ class ProvidedSource:
         # fetch() -> more arrays: asks the host for what it held back (the training data), once,
         # the first time a recipe asks for an input that is not here
         self.fetch = fetch
+
+    def cache_key(self) -> tuple:
+        return ("provided", id(self))
 
     def draw(self, key: tuple, make):
         text = key_text(key)
