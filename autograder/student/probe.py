@@ -143,6 +143,7 @@ class ProbeCase:
         self.recorder, self.case, self.index = recorder, case, index
         self.outputs: dict = {}
         self.modules: list = []
+        self.notes: dict = {}       # descriptive facts a judge may use only to refuse (see note())
         self.built: list = []            # the modules of self.modules, in order (for parameter gradients)
         self.error = None
 
@@ -244,6 +245,12 @@ class ProbeCase:
         self.outputs[name] = to_array(value, name)
         return self.outputs[name]
 
+    def note(self, key: str, value) -> None:
+        """A descriptive fact about the answer (plain data), sent as ``notes[key]``. The grader
+        may use a note only to refuse an answer or to word its message, never to grant a point
+        (CONTRIBUTING.md, "The wire format"): 09_training's submodule classes and head count."""
+        self.notes[key] = value
+
     def unpack(self, value, names: tuple, what: str):
         """``value`` must be a tuple/list of ``len(names)`` items: returns them."""
         if type(value) not in (tuple, list) or len(value) != len(names):
@@ -267,7 +274,10 @@ class ProbeCase:
                               f"every call")
 
     def to_data(self) -> dict:
-        return {"outputs": self.outputs, "modules": self.modules, "error": self.error}
+        data = {"outputs": self.outputs, "modules": self.modules, "error": self.error}
+        if self.notes:
+            data["notes"] = self.notes
+        return data
 
 
 class ProbeRecorder:
