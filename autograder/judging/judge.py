@@ -73,6 +73,7 @@ class JudgeCase(ProbeCase):
         self.student_case, self.candidate, self.verify = student_case, candidate, verify
         self.outputs: Observed = Observed()
         self.modules, self.error = [], None
+        self.notes: dict = {}           # what a recipe notes about a reference is never read here
         self.built: list = []           # (module, record index, target name -> student entry ids)
         self.candidates_seen = 1
 
