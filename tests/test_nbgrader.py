@@ -293,6 +293,18 @@ def test_a_written_answer_waits_in_formgrader_for_the_instructor(sandboxed):
         gb.db.commit()
     assert nbtools.scores(url, "vit-from-scratch")[("writer", WRITTEN)] == (_auto_points(WRITTEN) + 1.5,
                                                                            _max_points(WRITTEN))
+    # a regrade (here: the writer's results written again) keeps the instructor's score
+    from autograder import batch
+    from autograder.batch import gradebook
+    sources = batch.load_sources(ROOT / "solutions", {WRITTEN: [q for q in autograder.questions()
+                                                                if q.chapter == WRITTEN]})
+    rows = [{"id": q.id, "score": float(q.points), "max_score": float(q.points)}
+            for q in autograder.questions() if q.chapter == WRITTEN]
+    gradebook.write(url, "vit-from-scratch", sources, [{"student": "writer", "assignment": WRITTEN,
+                                                        "questions": rows}])
+    with Gradebook(url, "vit-from-scratch") as gb:
+        grade = gb.find_grade("written", WRITTEN, WRITTEN, "writer")
+        assert (grade.auto_score, grade.manual_score, grade.needs_manual_grade) == (None, 1.5, True)
     autograded = nbformat.read(sandboxed / "instructor" / "autograded" / "writer" / WRITTEN / f"{WRITTEN}.ipynb", 4)
     cell = next(c for c in autograded.cells if c.id == "written-answer")
     assert cell.cell_type == "markdown"
