@@ -38,7 +38,28 @@ def _check(args) -> int:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
         print(format_table(results))
+        note = written_note(args.path)
+        if note:
+            print(note)
     return 0
+
+
+def written_note(path) -> str:
+    """What ``check`` says about the notebook's written questions (markdown answer cells with
+    nbgrader's grade metadata): they are graded by the instructor, never by a check."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            cells = json.load(fh).get("cells", [])
+        points = [float(((c.get("metadata") or {}).get("nbgrader") or {}).get("points", 0)) for c in cells
+                  if isinstance(c, dict) and c.get("cell_type") == "markdown"
+                  and ((c.get("metadata") or {}).get("nbgrader") or {}).get("grade")]
+    except (OSError, ValueError, AttributeError, TypeError):
+        return ""
+    if not points:
+        return ""
+    count = "1 written question" if len(points) == 1 else f"{len(points)} written questions"
+    return (f"+ {count} ({sum(points):g} points), graded by your instructor: no check looks at "
+            f"{'it' if len(points) == 1 else 'them'}.")
 
 
 def _questions(args) -> int:

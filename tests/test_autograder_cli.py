@@ -275,3 +275,19 @@ def test_a_question_that_forbids_nothing_is_not_graded_under_another_questions_b
     assert results["patches"].passed
     assert not results["embedding_lookup"].passed
     assert "embedding lookup" in results["embedding_lookup"].feedback
+
+
+def test_check_says_the_written_question_is_for_the_instructor(tmp_path):
+    """`python -m autograder check` on an exercise notebook names its written question (a markdown
+    answer cell with nbgrader's grade metadata) as graded by the instructor; a file without one,
+    or unreadable, gets no line."""
+    from autograder.__main__ import written_note
+
+    exercise = ROOT / "exercises" / "03_attention" / "03_attention.ipynb"
+    assert written_note(exercise) == ("+ 1 written question (2 points), graded by your instructor: "
+                                      "no check looks at it.")
+    plain = tmp_path / "plain.ipynb"
+    plain.write_text(json.dumps({"cells": [{"cell_type": "markdown", "metadata": {}, "source": "x"}]}))
+    assert written_note(plain) == "" and written_note(tmp_path / "missing.ipynb") == ""
+    (tmp_path / "bad.ipynb").write_text("{ not json")
+    assert written_note(tmp_path / "bad.ipynb") == ""

@@ -206,6 +206,39 @@ def test_the_notebooks_feed_forward_block_is_vitrefs():
         assert not re.search(r"FeedForwardBlock\(\w+, mlp_dim", path.read_text(encoding="utf-8")), path.name
 
 
+def _class_cells(name: str):
+    """(notebook, source) of every solutions code cell that defines class ``name``."""
+    for path in sorted((ROOT / "solutions").glob("*/*.ipynb")):
+        for cell in json.loads(path.read_text(encoding="utf-8"))["cells"]:
+            source = "".join(cell["source"])
+            if cell["cell_type"] == "code" and f"class {name}(" in source:
+                yield path.parent.name, source
+
+
+def test_the_notebooks_encoder_block_has_vitrefs_signature():
+    """One signature for TransformerEncoderBlock: chapter 5's answer (Q7b), the block chapter 7
+    gives and the q7b solution fixture take vitref's parameters, in its order and with its
+    defaults, up to mlp_dim (vitref adds norm_first, norm_eps, attn_drop_p after it)."""
+    wanted = [(p.name, p.default) for p in inspect.signature(vitref.TransformerEncoderBlock).parameters.values()]
+    wanted = [w for w in wanted if w[0] != "norm_first"][:6]      # norm_first: vitref's post-LN option
+    assert [n for n, _ in wanted] == ["emb_size", "num_heads", "drop_p", "forward_expansion", "forward_drop_p",
+                                      "mlp_dim"]
+    found = {}
+    for name, source in _class_cells("TransformerEncoderBlock"):
+        tree = ast.parse(source)
+        cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "TransformerEncoderBlock")
+        init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+        args = init.args.args[1:]
+        defaults = [ast.literal_eval(d) for d in init.args.defaults]
+        found[name] = list(zip([a.arg for a in args], defaults))
+        assert init.args.kwarg is None and not init.args.kwonlyargs, name
+    assert set(found) == {"05_blocks", "07_vit"}, sorted(found)
+    for name, params in found.items():
+        assert params == wanted, name
+    fixture = [(p.name, p.default) for p in inspect.signature(S.TransformerEncoderBlock).parameters.values()]
+    assert fixture == wanted
+
+
 # ------------------------------------------------------------------ the repository
 
 def test_one_version():

@@ -460,9 +460,9 @@ def test_names_the_given_code_needs_are_said_before_the_answer_cell(name):
         needed = {n for n in names if re.search(rf"\b{n}\b", after)}
         if autograder.question(qid).kind == "value":
             needed.add(autograder.question(qid).answer_name)
-        text = "\n".join(c.source for c in markdown)
+        text = "\n".join(c.source for c in markdown if "<summary>Hint" not in c.source)   # not only in a hint
         missing = sorted(n for n in needed if f"`{n}`" not in text and f"`{n} " not in text)
-        assert not missing, f"{name}/{qid}: the text above the answer never names {missing}"
+        assert not missing, f"{name}/{qid}: the question's text (not counting its hints) never names {missing}"
 
 
 @pytest.mark.parametrize("name, qid, scaffold", [
@@ -479,3 +479,19 @@ def test_the_exercise_shows_the_slides_partial_code(name, qid, scaffold):
     for line in scaffold:
         assert line in cell.source, (qid, line)
         assert cell.source.index("raise NotImplementedError()") < cell.source.index(line)
+
+
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_hint_2_is_a_scaffold_not_the_answer(name):
+    """Hint 2 may give the shapes, a pattern's left side, the first line: at most half of the
+    solution region's lines (whitespace and comments aside), and none of a one-line answer."""
+    def norm(text):
+        return re.sub(r"\s+", "", text)
+
+    for qid, markdown, answer in _sections(name):
+        hint = norm(markdown[-1].source.split("<summary>Hint 2</summary>")[1])
+        src = answer.source
+        region = src[src.index("### BEGIN SOLUTION"):src.index("### END SOLUTION")].splitlines()[1:]
+        lines = [line for line in (norm(raw.split("#")[0]) for raw in region) if len(line) >= 12]
+        given = [line for line in lines if line in hint]
+        assert 2 * len(given) <= len(lines), f"{name}/{qid}: Hint 2 gives the answer's lines {given}"

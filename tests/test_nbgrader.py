@@ -79,16 +79,29 @@ def graded(tmp_path_factory):
     return good, blank, scores
 
 
-def _max_points(name: str) -> float:
+def _auto_points(name: str) -> float:
+    """The points of the assignment's autograded questions."""
     return float(sum(q.points for q in autograder.questions() if q.chapter == name))
 
 
+def _written_points(name: str) -> float:
+    """The points of its written questions (markdown answer cells graded by hand)."""
+    nb = nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", 4)
+    return float(sum(c.metadata["nbgrader"]["points"] for c in nb.cells
+                     if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")))
+
+
+def _max_points(name: str) -> float:
+    return _auto_points(name) + _written_points(name)
+
+
 def test_solutions_get_full_marks(graded):
+    """Every automatic point; the written question waits for the instructor (no score yet)."""
     _, _, scores = graded
     for name in ASSIGNMENTS:
         score, max_score = scores[("solution", name)]
-        assert max_score == _max_points(name), name
-        assert score == max_score, f"{name}: the reference solution scored {score}/{max_score}"
+        assert max_score == _max_points(name) > _auto_points(name), name
+        assert score == _auto_points(name), f"{name}: the reference solution scored {score}/{max_score}"
 
 
 def test_blank_exercises_get_zero(graded):
@@ -101,7 +114,7 @@ def test_blank_exercises_get_zero(graded):
 
 def test_warnings_on_stderr_cost_no_points(graded):
     _, _, scores = graded
-    assert scores[("noisy", NOISY)] == scores[("solution", NOISY)] == (_max_points(NOISY),) * 2
+    assert scores[("noisy", NOISY)] == scores[("solution", NOISY)] == (_auto_points(NOISY), _max_points(NOISY))
 
 
 def _errors(cell) -> list[str]:
@@ -177,6 +190,9 @@ def test_autograde_with_nothing_submitted_says_where_to_put_submissions(tmp_path
 # ------------------------------------------------- (a) the sandboxed grader + nbgrader's tools
 
 SMALL = ["02_positional_encoding", "03_attention"]
+WRITTEN = "03_attention"        # "writer" submits it with an answer to the written question
+WRITER_ANSWER = ("The scores' standard deviation grows like $\\sqrt{d_k}$ (about **22.6** for 512), so the "
+                 "softmax saturates <script>alert(1)</script>and its gradient vanishes.")
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +202,9 @@ def sandboxed(tmp_path_factory):
     for name in SMALL:
         _submit(course, "solution", name, nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", 4))
         _submit(course, "blank", name, nbformat.read(ROOT / "exercises" / name / f"{name}.ipynb", 4))
+    writer = nbformat.read(ROOT / "solutions" / WRITTEN / f"{WRITTEN}.ipynb", 4)
+    next(c for c in writer.cells if c.id == "written-answer").source = WRITER_ANSWER
+    _submit(course, "writer", WRITTEN, writer)
     broken = course / "instructor" / "submitted" / "broken" / SMALL[0]
     broken.mkdir(parents=True)
     (broken / f"{SMALL[0]}.ipynb").write_text("{ not a notebook")
@@ -202,12 +221,14 @@ def sandboxed(tmp_path_factory):
 def test_sandboxed_autograde_fills_nbgraders_gradebook_and_export(sandboxed):
     scores = nbtools.scores(_gradebook(sandboxed), "vit-from-scratch")
     for name in SMALL:
-        assert scores[("solution", name)] == (_max_points(name),) * 2
+        assert scores[("solution", name)] == (_auto_points(name), _max_points(name))
         assert scores[("blank", name)] == (0.0, _max_points(name))
     assert scores[("broken", SMALL[0])] == (0.0, _max_points(SMALL[0]))
+    assert scores[("writer", WRITTEN)] == (_auto_points(WRITTEN), _max_points(WRITTEN))
     with open(sandboxed / "instructor" / nbtools.NBGRADER_CSV, newline="") as fh:
         rows = {(r["student_id"], r["assignment"]): float(r["score"]) for r in csv.DictReader(fh)}
-    assert rows == {key: value[0] for key, value in scores.items()} | {("broken", SMALL[1]): 0.0}
+    assert rows == {key: value[0] for key, value in scores.items()} | {
+        ("broken", SMALL[1]): 0.0, ("writer", SMALL[0]): 0.0}
     # the grader's own pages are not in nbgrader's feedback folder
     assert (sandboxed / "instructor" / "autograder-feedback" / "blank" / SMALL[0] / "feedback.html").is_file()
     assert (sandboxed / "instructor" / "report.html").is_file()
@@ -226,7 +247,7 @@ def test_nbgrader_generate_feedback_works_on_what_the_grader_wrote(sandboxed):
     feedback = sandboxed / "instructor" / "feedback"
     pages = sorted(str(p.relative_to(feedback)) for p in feedback.glob("*/*/*.html"))
     assert pages == sorted([f"{s}/{n}/{n}.html" for s in ("solution", "blank") for n in SMALL]
-                           + [f"broken/{SMALL[0]}/{SMALL[0]}.html"])
+                           + [f"broken/{SMALL[0]}/{SMALL[0]}.html", f"writer/{WRITTEN}/{WRITTEN}.html"])
 
     def text(path: Path) -> str:
         import html
@@ -235,7 +256,8 @@ def test_nbgrader_generate_feedback_works_on_what_the_grader_wrote(sandboxed):
         return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", page)).split())
 
     full = text(feedback / "solution" / "03_attention" / "03_attention.html")
-    assert "Score: 7.0 / 7.0" in full and "correct" in full and "HIDDEN TESTS" not in full
+    assert f"Score: 7.0 / {_max_points('03_attention'):.1f}" in full
+    assert "correct" in full and "HIDDEN TESTS" not in full
     blank = text(feedback / "blank" / "02_positional_encoding" / "02_positional_encoding.html")
     assert "Score: 0.0 / 2.0" in blank and "NotImplementedError" in blank
     broken = text(feedback / "broken" / SMALL[0] / f"{SMALL[0]}.html")
@@ -245,3 +267,54 @@ def test_nbgrader_generate_feedback_works_on_what_the_grader_wrote(sandboxed):
                             str(sandboxed)], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0, again.stderr
     assert f"{len(pages)} feedback page(s)" in again.stdout
+
+
+def test_a_written_answer_waits_in_formgrader_for_the_instructor(sandboxed):
+    """The written question (a markdown answer cell with nbgrader's grade + solution metadata)
+    after `make autograde`: in nbgrader's gradebook a grade with no automatic score that needs a
+    manual grade, counted in the maximum; in the autograded notebook (what formgrader shows) the
+    student's answer, readable, in a cell that keeps its id and nbgrader metadata; not in the
+    grader's grades.csv (one row per autograder question); and the instructor's score, once
+    given in the gradebook, counts in the total."""
+    from nbgrader.api import Gradebook
+
+    url = _gradebook(sandboxed)
+    with Gradebook(url, "vit-from-scratch") as gb:
+        for student, name in [("writer", WRITTEN), ("solution", WRITTEN), ("blank", SMALL[0])]:
+            grade = gb.find_grade("written", name, name, student)
+            assert grade.max_score == 2 and grade.cell.cell_type == "markdown", (student, name)
+            assert grade.auto_score is None and grade.manual_score is None, (student, name, grade.auto_score)
+            assert grade.needs_manual_grade, (student, name)
+        assert gb.find_grade("attention_test", WRITTEN, WRITTEN, "writer").auto_score == 3
+        submission = gb.find_submission_notebook(WRITTEN, WRITTEN, "writer")
+        assert submission.needs_manual_grade and submission.max_score == _max_points(WRITTEN)
+        assert [g.name for g in submission.grades if g.needs_manual_grade] == ["written"]
+        gb.find_grade("written", WRITTEN, WRITTEN, "writer").manual_score = 1.5     # formgrader's edit
+        gb.db.commit()
+    assert nbtools.scores(url, "vit-from-scratch")[("writer", WRITTEN)] == (_auto_points(WRITTEN) + 1.5,
+                                                                           _max_points(WRITTEN))
+    # a regrade (here: the writer's results written again) keeps the instructor's score
+    from autograder import batch
+    from autograder.batch import gradebook
+    sources = batch.load_sources(ROOT / "solutions", {WRITTEN: [q for q in autograder.questions()
+                                                                if q.chapter == WRITTEN]})
+    rows = [{"id": q.id, "score": float(q.points), "max_score": float(q.points)}
+            for q in autograder.questions() if q.chapter == WRITTEN]
+    gradebook.write(url, "vit-from-scratch", sources, [{"student": "writer", "assignment": WRITTEN,
+                                                        "questions": rows}])
+    with Gradebook(url, "vit-from-scratch") as gb:
+        grade = gb.find_grade("written", WRITTEN, WRITTEN, "writer")
+        assert (grade.auto_score, grade.manual_score, grade.needs_manual_grade) == (None, 1.5, True)
+    autograded = nbformat.read(sandboxed / "instructor" / "autograded" / "writer" / WRITTEN / f"{WRITTEN}.ipynb", 4)
+    cell = next(c for c in autograded.cells if c.id == "written-answer")
+    assert cell.cell_type == "markdown"
+    assert cell.metadata["nbgrader"] == {"grade": True, "grade_id": "written", "locked": False, "points": 2.0,
+                                         "schema_version": 3, "solution": True, "task": False}
+    assert "<strong>22.6</strong>" in cell.source and "softmax saturates" in cell.source
+    assert "\\sqrt{d_k}" in cell.source and "<script" not in cell.source
+    blank = nbformat.read(sandboxed / "instructor" / "autograded" / "blank" / SMALL[0] / f"{SMALL[0]}.ipynb", 4)
+    assert "YOUR ANSWER HERE" in next(c for c in blank.cells if c.id == "written-answer").source
+    with open(sandboxed / "instructor" / "grades.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert {r["question"] for r in rows if r["student"] == "writer"} == {
+        q.id for q in autograder.questions() if q.chapter == WRITTEN}

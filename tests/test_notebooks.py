@@ -45,7 +45,12 @@ def nbgrader_meta(cell) -> dict:
 
 
 def grade_cells(nb) -> list:
-    return [c for c in nb.cells if nbgrader_meta(c).get("grade")]
+    """The test cells (code); the written questions are markdown grade cells (written_cells)."""
+    return [c for c in nb.cells if nbgrader_meta(c).get("grade") and c.cell_type == "code"]
+
+
+def written_cells(nb) -> list:
+    return [c for c in nb.cells if nbgrader_meta(c).get("grade") and c.cell_type == "markdown"]
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +112,33 @@ def test_exercises_hide_solutions_and_hidden_tests():
                 assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, cell.id
         for cell in exercise.cells:
             assert "BEGIN SOLUTION" not in cell.source and "HIDDEN TESTS" not in cell.source, (name, cell.id)
-            if nbgrader_meta(cell).get("solution"):
+            if nbgrader_meta(cell).get("solution") and cell.cell_type == "code":
                 assert "raise NotImplementedError()" in cell.source, (name, cell.id)
+            elif nbgrader_meta(cell).get("solution"):      # a written answer: the model answer stays out
+                assert cell.source == "YOUR ANSWER HERE", (name, cell.id)
+
+
+def test_every_assignment_has_one_written_question_graded_by_hand():
+    """One markdown answer cell per assignment with nbgrader's manually graded metadata (grade +
+    solution, unlocked, points), after a question cell that says it is graded by the instructor;
+    its model answer and marking guide stay in solutions/."""
+    for name in ASSIGNMENTS:
+        solution = read(ROOT / "solutions" / name / f"{name}.ipynb")
+        cells = written_cells(solution)
+        assert [c.id for c in cells] == ["written-answer"], name
+        meta = nbgrader_meta(cells[0])
+        assert meta["grade_id"] == "written" and meta["solution"] and not meta["locked"], name
+        assert meta["points"] > 0 and meta["schema_version"] == 3, name
+        assert "**Marking (" in cells[0].source and "**Model answer.**" in cells[0].source, name
+        ids = [c.id for c in solution.cells]
+        intro = solution.cells[ids.index("written-answer") - 1]
+        assert intro.id == "written-intro" and intro.cell_type == "markdown", name
+        assert "graded by your instructor" in intro.source and f"({meta['points']} points)" in intro.source, name
+        assert "YOUR ANSWER HERE" in intro.source, name
+        exercise = read(ROOT / "exercises" / name / f"{name}.ipynb")
+        released = next(c for c in exercise.cells if c.id == "written-answer")
+        assert "Model answer" not in released.source and "Marking" not in released.source, name
+        assert nbgrader_meta(released)["points"] == meta["points"], name
 
 
 def test_every_exercise_cell_is_valid_python():

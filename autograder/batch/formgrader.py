@@ -15,6 +15,10 @@ submission, as data:
   then the source's metadata (points, grade/solution/locked), so that a student cannot add
   points, invent grade cells (``generate_feedback`` would fail on an unknown ``grade_id``)
   or duplicate one;
+* a written answer (a markdown cell with nbgrader's ``grade`` and ``solution`` metadata: a
+  manually graded answer) keeps its cell id and metadata, its text rendered and cleaned like
+  every markdown cell, so that formgrader shows it to the instructor to grade; one the
+  student deleted comes back at the end, saying so;
 * each test cell's output is the grader's verdict for the questions it covers (the message
   the student sees in the feedback); a test cell the student deleted is appended at the
   end (its visible text, never its hidden tests) so that the feedback shows every score;
@@ -146,7 +150,16 @@ def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
                 add_verdict(new, name)
         out.cells.append(new)
     for name, cell in grade_cells.items():
-        if name in seen_grade_ids or cell.cell_type != "code":
+        if name in seen_grade_ids:
+            continue
+        if cell.cell_type == "markdown":     # a written answer the student deleted: 0 in formgrader
+            new = new_markdown_cell(sanitize.markdown_cell_source(
+                "**(the answer cell of this written question was missing from the submitted notebook)**"),
+                id=fresh_id(name.replace("_", "-")))
+            new.metadata["nbgrader"] = metadata_for(name, "markdown")
+            out.cells.append(new)
+            continue
+        if cell.cell_type != "code":
             continue
         visible = HIDDEN.sub("", trusted.get(name, {}).get("source", "")).rstrip() + "\n"
         note = "# (this test cell was missing from the submitted notebook)\n" if cells_in else ""

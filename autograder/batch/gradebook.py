@@ -216,6 +216,13 @@ def _scores(sub, src, result: dict) -> None:
             cell = cells.get(names.get(grade.cell_id))
             if cell is None:
                 continue
+            if cell.cell_type == "markdown" and not cell.qids:
+                # a written answer (nbgrader's manually graded answer cell): no automatic score and
+                # "needs manual grade" in formgrader, as nbgrader's own autograde leaves it; an
+                # instructor's manual score from an earlier run is kept
+                grade.auto_score = None
+                grade.needs_manual_grade = True
+                continue
             qs = [scores[qid] for qid in cell.qids if qid in scores]
             if qs:
                 total = sum(q["max_score"] for q in qs)

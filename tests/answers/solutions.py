@@ -125,16 +125,17 @@ class FeedForwardBlock(nn.Sequential):
 
 
 class TransformerEncoderBlock(nn.Sequential):
-    def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, **kwargs):
+    def __init__(self, emb_size=768, num_heads=8, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0,
+                 mlp_dim=None):
         super().__init__(
             ResidualAdd(nn.Sequential(
                 nn.LayerNorm(emb_size),
-                MultiHeadAttention(emb_size, **kwargs),
+                MultiHeadAttention(emb_size, num_heads),
                 nn.Dropout(drop_p),
             )),
             ResidualAdd(nn.Sequential(
                 nn.LayerNorm(emb_size),
-                FeedForwardBlock(emb_size, expansion=forward_expansion, drop_p=forward_drop_p),
+                FeedForwardBlock(emb_size, forward_expansion, forward_drop_p, hidden_dim=mlp_dim),
                 nn.Dropout(drop_p),
             )),
         )
