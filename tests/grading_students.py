@@ -43,6 +43,12 @@ def insert_cell(nb, source: str, before_name: str | None = None):
     raise AssertionError("no place to insert the cell")
 
 
+def written_points(assignment: str) -> float:
+    """The points of the assignment's written questions (markdown grade cells graded by hand)."""
+    return float(sum((c.metadata.get("nbgrader") or {}).get("points", 0) for c in load(assignment).cells
+                     if c.cell_type == "markdown" and (c.metadata.get("nbgrader") or {}).get("grade")))
+
+
 def graded_cells(nb):
     return [c for c in nb.cells if (c.metadata.get("nbgrader") or {}).get("grade")]
 

@@ -394,7 +394,8 @@ def test_gradebook_intact_and_exportable(batch, tmp_path):
         for student in expect:
             submission = gb.find_submission(A, student)
             assert submission.score == pytest.approx(sum(rows[(student, A, q)][0] for q in POINTS))
-            assert submission.max_score == pytest.approx(sum(POINTS.values()))
+            # the written question (graded by hand in formgrader) counts in the maximum, not in the score
+            assert submission.max_score == pytest.approx(sum(POINTS.values()) + S.written_points(A))
     out = tmp_path / "export.csv"
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     proc = subprocess.run([str(Path(sys.executable).parent / "nbgrader"), "export", "--db",

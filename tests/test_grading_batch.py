@@ -92,8 +92,10 @@ def test_batch_odd_folders_rerun_changes_and_force(tmp_path):
     assert [c.source for c in graded.cells] == [markdown_cell_source(c.source) if c.cell_type == "markdown"
                                                 else HIDDEN.sub("", c.source) for c in submitted.cells]
     assert "HIDDEN TESTS" in "".join(c.source for c in submitted.cells)
-    test_cells = [c for c in graded.cells if c.metadata.get("nbgrader", {}).get("grade")]
+    test_cells = [c for c in graded.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
     assert len(test_cells) == len(QUESTIONS_A)                      # one test cell per question
+    written = [c for c in graded.cells if c.cell_type == "markdown" and c.metadata.get("nbgrader", {}).get("grade")]
+    assert len(written) == 1 and written[0].metadata["nbgrader"]["grade_id"] == "written"   # left for formgrader
     assert [o.text for o in test_cells[0].outputs] == [
         "[q1] Q1 positional encoding (getPositionEncoding): 2/2 - correct\n"]
     assert all(c.outputs for c in test_cells)                       # each shows the grader's verdict
