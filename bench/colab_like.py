@@ -29,10 +29,10 @@ Verdicts. ``book/`` and ``solutions/`` (a student who filled every blank): no ce
 every given cell run without error; an answer cell fails only because of its blank
 (NotImplementedError, or a NameError for a name an earlier blank left undefined); every check
 cell prints the checker's feedback (the AssertionError of ``autograder.grade``, saying that the
-answer still raises NotImplementedError), except that a check whose answer its blank left
-undefined (the concept questions: ``raise NotImplementedError()`` comes before the assignment)
-stops at that NameError before the checker is called: counted and shown on the notebook's
-line, a failure only with ``--strict-checks``. Every notebook must also have installed the
+answer is still blank: "still raises NotImplementedError" for a function or a class, "no answer
+yet" for a concept answer, which the blank exercise sets to None above its blank), except that a
+check whose answer a blank left undefined stops at that NameError before the checker is called:
+counted and shown on the notebook's line, a failure only with ``--strict-checks``. Every notebook must also have installed the
 course, from the repository URL at HEAD, during its own run.
 
 One line per notebook (name, ok/FAIL, seconds), then ``colab_like: N notebooks, F failures,
@@ -67,7 +67,10 @@ DROPPED_ENV = ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "V
                "PIP_REQUIRE_VIRTUALENV", "VITREF_FAST", "MPLBACKEND")
 BLANK = "raise NotImplementedError"   # what nbgrader leaves in an answer cell
 BLANK_ERRORS = ("NotImplementedError",)
-BLANK_FEEDBACK = "NotImplementedError"   # the checker's feedback on a blank says that it still raises this
+# What the checker's feedback on a blank says (one of these): a function or class answer "still raises
+# NotImplementedError"; a concept answer, which the blank exercise sets to None above its blank, "no answer yet"
+# (autograder/student/probe.py, ProbeRecorder.run). tests/test_bench_verdicts.py runs the real checker on blanks.
+BLANK_FEEDBACK = ("NotImplementedError", "no answer yet")
 COURSE = "vitref-course"   # the distribution the set-up cells install
 CHECKER_CRASH = "the checker itself failed"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -287,6 +290,11 @@ def is_checker_feedback(error: dict) -> bool:
     return "raise AssertionError(result.feedback)" in trace and bool(str(error.get("evalue", "")).strip())
 
 
+def says_blank(feedback: str) -> bool:
+    """Does the checker's feedback say that the answer is still the exercise's blank?"""
+    return any(words in feedback for words in BLANK_FEEDBACK)
+
+
 @dataclass
 class ExerciseVerdict:
     problems: list[str] = field(default_factory=list)
@@ -341,9 +349,10 @@ def exercise_verdict(nb: dict, runner_error: str | None = None, strict: bool = F
                 name = undefined_name(error)
                 if is_checker_feedback(error):
                     verdict.feedback += 1
-                    if blank_before and BLANK_FEEDBACK not in str(error.get("evalue", "")):
+                    if blank_before and not says_blank(str(error.get("evalue", ""))):
                         verdict.problems.append(f"{describe(index, cell, error)} (the checker's feedback does not "
-                                                f"say that the answer still raises {BLANK_FEEDBACK})")
+                                                f"say that the answer is still blank: neither "
+                                                f"{' nor '.join(map(repr, BLANK_FEEDBACK))})")
                 elif name and re.search(rf"\b{name}\b", left_undefined) and not strict:
                     verdict.undefined += 1
                 else:
