@@ -32,8 +32,8 @@ cell prints the checker's feedback (the AssertionError of ``autograder.grade``, 
 answer is still blank: "still raises NotImplementedError" for a function or a class, "no answer
 yet" for a concept answer, which the blank exercise sets to None above its blank), except that a
 check whose answer a blank left undefined stops at that NameError before the checker is called:
-counted and shown on the notebook's line, a failure only with ``--strict-checks``. Every notebook must also have installed the
-course, from the repository URL at HEAD, during its own run.
+counted and shown on the notebook's line, a failure only with ``--strict-checks``. Every notebook
+must also have installed the course, from the repository URL at HEAD, during its own run.
 
 One line per notebook (name, ok/FAIL, seconds), then ``colab_like: N notebooks, F failures,
 total S s``; the exit status is 1 when a notebook failed. Chapter 7 trains for minutes: the

@@ -84,7 +84,7 @@ def test_value_computed_by_running_the_code_passes(qid, value):
 
 def test_the_multiple_choice_answer_is_the_option_the_chapter_argues():
     nb = nbformat.read(ROOT / "solutions" / "05_blocks" / "05_blocks.ipynb", as_version=4)
-    text = next(c.source for c in nb.cells if c.id == "concept-warmup-intro")
+    text = next(c.source for c in nb.cells if c.id == "concept_warmup-intro")
     options = dict(re.findall(r"^(\d)\. (.+?)(?=^\d\. |\Z)", text, flags=re.MULTILINE | re.DOTALL))
     assert sorted(options) == ["1", "2", "3", "4"]
     right = [k for k, v in options.items() if "gradients are largest near the output" in v]

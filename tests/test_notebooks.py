@@ -30,10 +30,9 @@ from autograder.instructor import nbtools
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = nbtools.assignments(ROOT)
-EXPECTED_ASSIGNMENTS = [
-    "01_tokens", "02_positional_encoding", "03_attention", "04_multihead_attention",
-    "05_blocks", "06_patch_embedding", "07_vit", "08_decoder", "09_training",
-]
+# The chapters are those of the registry: a chapter is added by registering its questions
+# (CONTRIBUTING.md, "Add a chapter"), not by editing a list here.
+EXPECTED_ASSIGNMENTS = sorted({q.chapter for q in autograder.questions()})
 
 
 def read(path) -> nbformat.NotebookNode:
@@ -67,12 +66,17 @@ def generated(tmp_path_factory, gradebook_dir) -> Path:
 
 
 def test_every_assignment_has_a_solutions_and_an_exercise_notebook():
-    assert ASSIGNMENTS == EXPECTED_ASSIGNMENTS
+    assert len(EXPECTED_ASSIGNMENTS) >= 9, EXPECTED_ASSIGNMENTS
+    assert ASSIGNMENTS == EXPECTED_ASSIGNMENTS, (
+        f"solutions/<a>/<a>.ipynb exist for {ASSIGNMENTS}, autograder.questions() registers questions of the "
+        f"chapters {EXPECTED_ASSIGNMENTS}: each chapter with questions has its solutions notebook, and each "
+        f"solutions notebook has questions")
     for name in ASSIGNMENTS:
         folder = ROOT / "solutions" / name
         assert sorted(p.name for p in folder.iterdir()) == [f"{name}.ipynb"], \
             f"solutions/{name}/ must hold only {name}.ipynb (nbgrader copies every file to the release)"
-        assert (ROOT / "exercises" / name / f"{name}.ipynb").is_file()
+        assert (ROOT / "exercises" / name / f"{name}.ipynb").is_file(), \
+            f"exercises/{name}/{name}.ipynb is missing: run `make assignments` and commit exercises/"
 
 
 @pytest.mark.slow   # nbgrader generate_assignment
@@ -105,17 +109,21 @@ def test_exercises_hide_solutions_and_hidden_tests():
     for name in ASSIGNMENTS:
         solution = read(ROOT / "solutions" / name / f"{name}.ipynb")
         exercise = read(ROOT / "exercises" / name / f"{name}.ipynb")
-        assert [c.id for c in exercise.cells] == [c.id for c in solution.cells]
+        stale = f"exercises/{name}/{name}.ipynb is out of date with solutions/: run `make assignments`"
+        assert [c.id for c in exercise.cells] == [c.id for c in solution.cells], f"{stale} (its cell ids differ)"
         for cell in solution.cells:
             meta = nbgrader_meta(cell)
             if meta.get("solution"):
-                assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, cell.id
+                assert "### BEGIN SOLUTION" in cell.source and "### END SOLUTION" in cell.source, (
+                    f"solutions/{name}: cell {cell.id!r} is an nbgrader solution cell: its answer goes between the "
+                    f"lines ### BEGIN SOLUTION and ### END SOLUTION")
         for cell in exercise.cells:
-            assert "BEGIN SOLUTION" not in cell.source and "HIDDEN TESTS" not in cell.source, (name, cell.id)
+            assert "BEGIN SOLUTION" not in cell.source and "HIDDEN TESTS" not in cell.source, (
+                f"{stale} (cell {cell.id!r} shows a solution or hidden tests)")
             if nbgrader_meta(cell).get("solution") and cell.cell_type == "code":
-                assert "raise NotImplementedError()" in cell.source, (name, cell.id)
+                assert "raise NotImplementedError()" in cell.source, f"{stale} (cell {cell.id!r} has no blank)"
             elif nbgrader_meta(cell).get("solution"):      # a written answer: the model answer stays out
-                assert cell.source == "YOUR ANSWER HERE", (name, cell.id)
+                assert cell.source == "YOUR ANSWER HERE", f"{stale} (cell {cell.id!r} shows the model answer)"
 
 
 def test_every_assignment_has_one_written_question_graded_by_hand():
@@ -164,10 +172,15 @@ def test_test_cells_grade_every_question_with_its_points():
             m = re.match(r'print\(autograder\.grade\("(\w+)", (\w+)\)\)\n', cell.source + "\n")
             assert m, f"{name}/{cell.id}: a test cell starts with print(autograder.grade(\"<id>\", <answer>))"
             found[m.group(1)] = (m.group(2), nbgrader_meta(cell)["points"])
-        assert sorted(found) == sorted(expected), name
+        assert sorted(found) == sorted(expected), (
+            f"solutions/{name}: the check cells grade {sorted(found)}, the registry's questions of {name} are "
+            f"{sorted(expected)} (tests/test_conventions.py says which cell to add or fix)")
         for qid, (answer_name, points) in found.items():
-            assert answer_name == expected[qid].answer_name, (name, qid)
-            assert points == expected[qid].points, (name, qid)
+            assert answer_name == expected[qid].answer_name, (
+                f"solutions/{name}: cell {qid}-test should grade {expected[qid].answer_name}, not {answer_name}")
+            assert points == expected[qid].points, (
+                f"solutions/{name}: cell {qid}-test should have the question's points, {expected[qid].points} "
+                f"(nbgrader metadata \"points\"), not {points}")
 
 
 # ------------------------------------------------------------------ header cells

@@ -9,9 +9,10 @@ repository's ``nbgrader_config.py``; only the gradebook location is changed wher
 
 ``generate`` first rewrites the first two cells of every solutions notebook (the
 "Open in Colab" badge and the Colab set-up cell) from ``repository.url`` and
-``repository.branch`` in ``_config.yml``, then runs ``nbgrader generate_assignment`` for
-every ``solutions/<a>/<a>.ipynb``. nbgrader's output is deterministic (no timestamps, cell
-ids taken from the source), so ``exercises/`` only changes when ``solutions/`` or
+``repository.branch`` in ``_config.yml``, and the list of questions that ends the intro
+cell from the registry (``autograder.questions()``: answer name, title, points), then runs
+``nbgrader generate_assignment`` for every ``solutions/<a>/<a>.ipynb``. nbgrader's output is
+deterministic (no timestamps, cell ids taken from the source), so ``exercises/`` only changes when ``solutions/`` or
 ``_config.yml`` change. The gradebook that generation needs is a temporary file: nothing
 but ``exercises/<a>/<a>.ipynb`` is written.
 
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -162,6 +164,61 @@ def refresh_headers(root: Path, check: bool = False) -> list[str]:
         changed.append(assignment)
         if not check:
             nb.cells = wanted + [c for c in nb.cells if c.get("id") not in HEADER_IDS]
+            nbformat.write(nb, path)
+    return changed
+
+
+# ------------------------------------------------------------ the list of questions
+
+QUESTIONS_HEAD = "**The questions**"
+INTRO_ID = "intro"
+
+
+def _graded_order(nb) -> dict[str, int]:
+    """{question id: index of its check cell} (``print(autograder.grade("<id>", ...))``)."""
+    order: dict[str, int] = {}
+    for index, cell in enumerate(nb.cells):
+        m = re.match(r'print\(autograder\.grade\("(\w+)"', cell.source) if cell.cell_type == "code" else None
+        if m:
+            order.setdefault(m.group(1), index)
+    return order
+
+
+def question_list(nb, assignment: str) -> str:
+    """The list of an assignment's questions that ends its intro cell, built from the registry
+    (``autograder.questions()``), in the order of their check cells in the notebook."""
+    import autograder
+
+    order = _graded_order(nb)
+    questions = sorted((q for q in autograder.questions() if q.chapter == assignment),
+                       key=lambda q: order.get(q.id, len(nb.cells)))
+    lines = [f"* `{q.answer_name}`: {q.title} ({q.points:g} point{'s' * (q.points != 1)})" for q in questions]
+    return (f"{QUESTIONS_HEAD} of this notebook, each graded by the check cell under its answer:\n\n"
+            + "\n".join(lines))
+
+
+def refresh_question_lists(root: Path, check: bool = False) -> list[str]:
+    """Rewrite the list of questions at the end of each solutions notebook's intro cell (the
+    markdown cell with id ``intro``) from the registry. Returns the assignments whose notebooks
+    were (or, with check=True, would be) changed."""
+    import nbformat
+
+    changed = []
+    for assignment in assignments(root):
+        path = solution_path(root, assignment)
+        nb = nbformat.read(path, as_version=4)
+        intro = next((c for c in nb.cells if c.get("id") == INTRO_ID and c.cell_type == "markdown"), None)
+        if intro is None:
+            raise SystemExit(f"{path.relative_to(root)}: no markdown cell with id {INTRO_ID!r} (the notebook's "
+                             "introduction, after the two header cells), where the list of questions goes")
+        head = intro.source.find(QUESTIONS_HEAD)
+        text = (intro.source[:head] if head >= 0 else intro.source).rstrip()
+        wanted = text + "\n\n" + question_list(nb, assignment)
+        if intro.source == wanted:
+            continue
+        changed.append(assignment)
+        if not check:
+            intro.source = wanted
             nbformat.write(nb, path)
     return changed
 
@@ -419,6 +476,9 @@ def main(argv: list[str] | None = None) -> int:
         changed = refresh_headers(root)
         if changed:
             print(f"header cells updated from _config.yml: {', '.join(changed)}")
+        changed = refresh_question_lists(root)
+        if changed:
+            print(f"lists of questions updated from autograder.questions(): {', '.join(changed)}")
         written = generate(root, Path(args.release) if args.release else None,
                            args.assignment or None)
         for path in written:
