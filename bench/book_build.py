@@ -32,8 +32,12 @@ def build(folder: Path) -> tuple[float, str]:
     start = time.perf_counter()
     done = subprocess.run([jupyter_book(), "build", str(folder), "--keep-going"], capture_output=True, text=True)
     seconds = time.perf_counter() - start
-    status = "ok" if done.returncode == 0 else f"exit {done.returncode}: {done.stderr.strip()[-500:]}"
-    return seconds, status
+    return seconds, status(done.returncode, done.stderr)
+
+
+def status(returncode: int, stderr: str) -> str:
+    """The build's status: "ok" when it exited 0, else the exit status and the end of its stderr."""
+    return "ok" if returncode == 0 else f"exit {returncode}: {stderr.strip()[-500:]}"
 
 
 def main(argv=None) -> int:

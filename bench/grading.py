@@ -136,6 +136,30 @@ def build_class(root: Path, students: int, assignments: list[str], seed: int = 0
     return kinds
 
 
+def expected(kind: str, got: float | None, full: float | None) -> bool:
+    """The verdict a notebook of this kind must get: an honest one full marks, a blank one zero, a
+    mistaken one less than full marks; a notebook missing from grades.csv (got None) never passes."""
+    if got is None or full is None:
+        return False
+    return (kind == "honest" and got == full) or (kind == "blank" and got == 0) or (kind == "mistaken" and got < full)
+
+
+def unexpected_verdicts(kinds: dict, rows: list[dict]) -> list[tuple]:
+    """(key, kind, got, full) of every (student, assignment) whose total in grades.csv's rows (one per
+    question: student, assignment, score, max_score) is not what its kind expects."""
+    totals: dict = {}
+    for row in rows:
+        key = (row["student"], row["assignment"])
+        got, full = totals.get(key, (0.0, 0.0))
+        totals[key] = (got + float(row["score"]), full + float(row["max_score"]))
+    wrong = []
+    for key, kind in kinds.items():
+        got, full = totals.get(key, (None, None))
+        if not expected(kind, got, full):
+            wrong.append((key, kind, got, full))
+    return wrong
+
+
 def default_assignments() -> list[str]:
     """Every solutions/<a>/ but the training assignments (a question with its own time budget,
     Question.seconds: a minute of training per notebook, timed apart with --assignment)."""
@@ -196,19 +220,8 @@ def main(argv=None) -> int:
         if proc.returncode != 0:
             print(proc.stderr[-4000:], file=sys.stderr)
             return 1
-        rows = list(csv.DictReader(open(root / "grades.csv", newline="")))
-        totals: dict = {}
-        for row in rows:
-            key = (row["student"], row["assignment"])
-            got, full = totals.get(key, (0.0, 0.0))
-            totals[key] = (got + float(row["score"]), full + float(row["max_score"]))
-        wrong = []
-        for key, kind in kinds.items():
-            got, full = totals.get(key, (None, None))
-            ok = (got is not None and ((kind == "honest" and got == full) or (kind == "blank" and got == 0)
-                                       or (kind == "mistaken" and got < full)))
-            if not ok:
-                wrong.append((key, kind, got, full))
+        with open(root / "grades.csv", newline="") as fh:
+            wrong = unexpected_verdicts(kinds, list(csv.DictReader(fh)))
         rate = 60.0 * n / wall
         projected = TARGET[0] / (n / wall)
         print(f"graded {n} notebooks in {wall:.1f} s = {rate:.1f} notebooks/min "

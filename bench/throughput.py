@@ -76,6 +76,15 @@ def measure(config: str, batch_size: int, repeats: int, steps: int, use_timm: bo
     return {name: statistics.median(t) for name, t in times.items()}
 
 
+TARGET_RATIO = 1.0      # vitref at least as fast as timm (bench/README.md)
+
+
+def ratio_verdict(ratios: list[float]) -> tuple[float, bool]:
+    """(the median of the timm/vitref step-time ratios, whether it meets the target)."""
+    ratio = statistics.median(ratios)
+    return ratio, ratio >= TARGET_RATIO
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", nargs="+", default=DEFAULT_CONFIGS,
@@ -101,7 +110,9 @@ def main(argv=None) -> int:
                 line += f" ratio={ratio:.3f}"
             print(line, flush=True)
     if ratios:
-        print(f"throughput_ratio={statistics.median(ratios):.3f}")
+        ratio, met = ratio_verdict(ratios)
+        print(f"target ratio >= {TARGET_RATIO}: {'met' if met else 'NOT met'}")
+        print(f"throughput_ratio={ratio:.3f}")
     elif not args.no_timm:
         print("timm is not installed: no ratio", file=sys.stderr)
         return 1
