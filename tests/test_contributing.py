@@ -271,3 +271,17 @@ def test_make_targets_named_in_the_docs_exist():
         named = set(re.findall(r"`make ([a-z][\w-]*)", (ROOT / doc).read_text(encoding="utf-8")))
         assert named, doc
         assert named <= targets, f"{doc} names make targets that do not exist: {sorted(named - targets)}"
+
+
+def test_tests_named_in_contributing_exist():
+    """CONTRIBUTING.md says which test catches a forgotten step: each test it names (a file
+    test_x.py or a function test_x) is defined under tests/."""
+    files, functions = set(), set()
+    for path in (ROOT / "tests").rglob("*.py"):
+        files.add(path.name)
+        functions |= set(re.findall(r"^\s*def (test_\w+)", path.read_text(encoding="utf-8"), re.M))
+    named = set(re.findall(r"\btest_\w+(?:\.py)?", (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")))
+    assert len(named) >= 20, sorted(named)
+    missing = sorted(n for n in named if n not in (files if n.endswith(".py") else functions))
+    assert not missing, (f"CONTRIBUTING.md names tests that do not exist: {missing}: rename them there to the "
+                         f"tests that now hold the rule")
