@@ -283,7 +283,12 @@ def test_the_exercise_notebook_follows_its_solutions_notebook(name):
     ours, theirs = read(solution(name)), read(exercise(name))
     ids = [(c.get("id"), c.cell_type) for c in ours.cells]
     released = [(c.get("id"), c.cell_type) for c in theirs.cells]
-    assert released == ids, f"{fix} (its cells are {released}, the solutions' {ids})"
+    if released != ids:
+        only_here = [i for i in ids if i not in released]
+        only_there = [i for i in released if i not in ids]
+        pytest.fail(f"{fix} (cells only in solutions/: {only_here}; only in exercises/: {only_there}"
+                    + ("; the same cells in another order or of another kind" if not only_here + only_there else "")
+                    + ")")
     differ = []
     for mine, copy in zip(ours.cells, theirs.cells):
         m = meta(mine)
