@@ -21,7 +21,7 @@ from ._entry import registered
 
 def case_results(question, data) -> list[dict]:
     """Per case: {"case", "student", "status" (None = passes, "error", "property", "differs"),
-    "references"}; from the judge's own case loop (references are cached)."""
+    "references"}; from :func:`autograder.judging.compare.case_rows`, the judge's own case loop (references are cached)."""
     names = {"ok": None, "error": "error", "property": "property", "structure": "differs", "differs": "differs"}
     return [{"case": row.case, "student": row.student, "status": names[row.status], "references": row.references,
              "index": row.index} for row in case_rows(question, data, registered(question.id).references)]
