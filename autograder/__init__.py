@@ -30,6 +30,8 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from .judging.model import Mistake, Result
+from .questions import question as _find_question
+from .questions import registry as _registry
 from .questions.base import Question
 
 try:
@@ -42,9 +44,7 @@ __all__ = ["questions", "question", "check", "grade", "Question", "Result", "Mis
 
 def questions(chapter: str | None = None) -> list[Question]:
     """All questions in course order, or those of one assignment (e.g. ``"03_attention"``)."""
-    from .questions import registry
-
-    found = list(registry().values())
+    found = list(_registry().values())
     if chapter is not None:
         chapters = sorted({q.chapter for q in found})
         found = [q for q in found if q.chapter == chapter]
@@ -54,14 +54,14 @@ def questions(chapter: str | None = None) -> list[Question]:
 
 
 def question(qid: str) -> Question:
-    from .questions import question as find
-
-    return find(qid)
+    return _find_question(qid)
 
 
 def check(qid: str, answer) -> Result:
     """Check ``answer`` in this process: scan its source, probe it (with the exercise's
     forbidden functions disabled for the duration), judge against vitref."""
+    # loaded by the first check, not by ``import autograder``: the judge brings torch, vitref and
+    # the catalogue, which the grading sandbox's bundle (where this package is a stub) never holds
     from .judging.judge import judge
     from .judging.scan import scan_object
     from .student.ban import install

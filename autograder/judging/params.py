@@ -22,8 +22,10 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import numpy as np
+from einops import rearrange
 
 from ..questions import inputs
+from .messages import describe_shape
 
 _ROLE = {
     "q": r"w_?q|q|query|queries|to_?q|q_?proj|proj_?q|q_?linear|linear_?q|fc_?q|q_?layer|wq|w_query|q_net",
@@ -134,8 +136,6 @@ def _oriented(p: P, value: np.ndarray, out_features: int | None, transpose_squar
 def group_matrices(group: Group, values: dict, heads: int, layout: int, transpose_square: bool,
                    out_features: int | None = None) -> dict:
     """role ("q","k","v") -> (W (out, in), b (out,) or None) in the canonical ``(h d)`` order."""
-    from einops import rearrange
-
     result = {}
     for role, members in group.roles.items():
         w_p, b_p = members["weight"], members["bias"]
@@ -323,7 +323,6 @@ class TamperError(Exception):
 
 
 def describe_params(params: list[P], dims: dict | None = None) -> str:
-    from .messages import describe_shape
     return ", ".join(f"{p.name} {describe_shape(p.shape, dims or {})}" for p in params) or "no parameters"
 
 

@@ -19,9 +19,12 @@ import hmac
 import io
 
 import numpy as np
+import torch
 
 from ..questions import inputs as I
+from ..questions import question
 from ..questions.base import Question
+from .catalogue import entry
 
 
 class SaltedSource(I.PublicSource):
@@ -64,12 +67,10 @@ class _DrawCase:
         self.case = case
 
     def tensor(self, array, dtype=None, requires_grad=False):
-        import torch
         tensor = torch.from_numpy(np.array(array, copy=True))
         return tensor.double() if dtype == "float64" and tensor.is_floating_point() else tensor
 
     def seed(self, value):
-        import torch
         torch.manual_seed(int(value))
 
     def grads(self, out, upstream, inputs, module=None, params=False):
@@ -99,10 +100,6 @@ class _DrawCase:
 
 def draw_inputs(question: Question, source) -> dict[str, np.ndarray]:
     """Every input array ``question``'s cases ask for, drawn from ``source``."""
-    import torch
-
-    from .catalogue import entry
-
     found = entry(question.id)
     reference = found.draw_answer or found.references()[0]
     recording = _Recording(source)
@@ -168,8 +165,6 @@ def draw_question(question: Question, source) -> dict[str, np.ndarray]:
 def run_inputs(qids, source) -> bytes:
     """The packed inputs of one run: the arrays of ``qids`` only, drawn from ``source``, and
     its parameter pool."""
-    from ..questions import question
-
     arrays: dict[str, np.ndarray] = {}
     for qid in dict.fromkeys(qids):
         arrays.update(draw_question(question(qid), source))

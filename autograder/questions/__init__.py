@@ -4,7 +4,7 @@ One module per chapter; importing this package registers every question. This pa
 :mod:`autograder.student` are what the grading sandbox holds: a test fails if either imports
 ``vitref`` or the grader's side (:mod:`autograder.judging`, hosts, batch, instructor).
 """
-from . import (  # noqa: F401
+from . import (  # noqa: F401 - importing a chapter registers its questions
     ch01_tokens,
     ch02_positional_encoding,
     ch03_attention,
@@ -18,7 +18,9 @@ from . import (  # noqa: F401
     ch09_training,
     concepts,
 )
-from .base import Case, Question, register, registry  # noqa: F401
+from .base import Case, Question, register, registry
+
+__all__ = ["Case", "Question", "question", "register", "registry"]
 
 
 def question(qid: str) -> Question:

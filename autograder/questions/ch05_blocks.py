@@ -42,7 +42,7 @@ from torch import nn
 from . import inputs as I
 from .base import Case, Question, register
 from .common import build_flexible, first_if_tuple
-from ..student.probe import CaseFailure
+from .errors import CaseFailure
 
 # --------------------------------------------------------------------------- Q6 residual
 

@@ -41,7 +41,7 @@ from __future__ import annotations
 from . import inputs as I
 from .base import Case, Question, register
 from .common import build_flexible
-from ..student.probe import CaseFailure
+from .errors import CaseFailure
 
 # --------------------------------------------------------------------------- shared helpers
 

@@ -33,7 +33,7 @@ import torch
 
 from . import inputs as I
 from .base import Case, Question, register
-from ..student.probe import CaseFailure
+from .errors import CaseFailure
 from .common import build_flexible
 
 # --------------------------------------------------------------------------- ViT forward

@@ -27,7 +27,7 @@ from __future__ import annotations
 from . import inputs as I
 from .base import Case, Question, register
 from .common import build_flexible, first_if_tuple
-from ..student.probe import CaseFailure
+from .errors import CaseFailure
 
 KV_CASES = [
     Case("CachedSelfAttention(emb_size=8, num_heads=2), B=2: a prompt of 3 tokens, then 3 steps of 1 token",

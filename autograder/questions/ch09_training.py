@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 
 from .base import Case, Question, register
-from ..student.probe import CaseFailure
+from .errors import CaseFailure
 from . import inputs as I
 
 NUM_CLASSES = 10

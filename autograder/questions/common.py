@@ -1,6 +1,11 @@
 """Helpers of the probe recipes (``run_case``), shared by the chapters."""
 from __future__ import annotations
 
+import numpy as np
+
+from . import inputs as I
+from .errors import CaseFailure
+
 
 def first_if_tuple(value):
     """Modules may return ``out`` or ``(out, extras)``; the checks read ``out``."""
@@ -42,10 +47,6 @@ def case_mask(p):
     """The bool mask (True = allowed) a case's params describe, or None: ``causal`` (T),
     or ``mask`` (a shape) with optional ``full_rows`` (entirely blocked rows). Shared by
     the recipes and the grader's diagnoses, so both see the same mask."""
-    import numpy as np
-
-    from . import inputs as I
-
     if "causal" in p:
         return np.tril(np.ones((p["causal"], p["causal"]), dtype=bool))
     if "mask" in p:
@@ -67,8 +68,6 @@ def require_linear_biases(module, what: str):
     missing = [name or "the module" for name, sub in module.named_modules()
                if isinstance(sub, nn.Linear) and sub.bias is None]
     if missing:
-        from ..student.probe import CaseFailure
-
         raise CaseFailure(f"the linear layer{'s' if len(missing) > 1 else ''} {', '.join(missing)} of {what} "
                           f"{'have' if len(missing) > 1 else 'has'} no bias (nn.Linear(..., bias=False)); the "
                           f"exercise's layers are nn.Linear(in, out) with a bias: keep it")

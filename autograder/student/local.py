@@ -7,6 +7,8 @@ import json
 import os
 import sys
 
+from .payload import payload
+
 
 def main(spec_path: str) -> int:
     with open(spec_path, encoding="utf-8") as handle:
@@ -18,7 +20,6 @@ def main(spec_path: str) -> int:
         while view:
             view = view[os.write(fd, view):]
 
-    from .payload import payload
     payload(spec["path"], list(spec["qids"]), emit, dict(spec.get("options") or {}))
     sys.stdout.flush()
     os._exit(0)

@@ -34,7 +34,11 @@ import signal
 import sys
 import time
 
+from ..questions import inputs, question
 from . import wire
+from .ban import install
+from .cells import CellTimeout, Shell, SubmissionError, _on_alarm, read_cells, run_cells
+from .probe import probe
 
 GRACE = 1.0          # seconds kept back from the sandbox's hard limit for sending results
 INPUTS_FILE = ".autograder-inputs.npz"
@@ -65,8 +69,6 @@ def _noop_check(qid=None, answer=None, *args, **kwargs):
 def _load_inputs(path: str, options: dict):
     """The run's inputs: the file the host left next to the notebook (then deleted), or the
     public inputs when there is none."""
-    from ..questions import inputs
-
     file = os.path.join(os.path.dirname(path), options.get("inputs_file", INPUTS_FILE))
     if not os.path.exists(file):
         return inputs.PublicSource()
@@ -98,8 +100,6 @@ def _fetch_held(emit, fd: int) -> dict:
 
 def payload(path: str, qids: list[str], emit, options: dict) -> None:
     """Run the submission at ``path`` and stream the probe results of ``qids`` through ``emit``."""
-    from ..questions import question
-    from .cells import SubmissionError, Shell, read_cells, run_cells
 
     start = time.monotonic()
     deadline = start + float(options.get("timeout", 60)) - GRACE
@@ -110,7 +110,6 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
     if banned:
         # what the questions of this run forbid is gone before any student code runs, so no
         # cell can compute (or precompute) with it, whatever it patches afterwards
-        from .ban import install
         install(sorted(banned))
     try:
         source = _load_inputs(path, options)
@@ -209,7 +208,6 @@ def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False,
                                    f"({error.strerror or error}): did the notebook start background processes?"}))
         return
     if pid < 0:                         # not POSIX: probe here (the ban is undone afterwards)
-        from .ban import install
         ban = install(q.forbidden, reversible=True)
         try:
             emit(_probe_frame(q, answer, source, budget))
@@ -220,7 +218,6 @@ def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False,
         code = 0
         try:
             os.close(ready_r)
-            from .ban import install
             install(q.forbidden, registered=registered)
             emit(_probe_frame(q, answer, source, budget))
             os.write(ready_w, b"1")
@@ -261,9 +258,6 @@ def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False,
 
 def _probe_frame(q, answer, source, budget: float) -> bytes:
     """The result frame of one question (probed in this process, under an alarm)."""
-    from ..questions import inputs
-    from .cells import CellTimeout, _on_alarm
-    from .probe import probe
 
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(budget, 0.1))

@@ -22,6 +22,7 @@ import traceback
 import numpy as np
 
 from ..questions import inputs
+from ..questions.errors import CaseFailure
 from .ban import ForbiddenCall
 
 AUTOGRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -31,10 +32,6 @@ MAX_MESSAGE = 400
 
 class BadOutput(Exception):
     """The answer returned something the checker will not read (wrong type, subclass...)."""
-
-
-class CaseFailure(Exception):
-    """The answer's result has the wrong structure (e.g. not a tuple of two tensors)."""
 
 
 # --------------------------------------------------------------------------- conversions

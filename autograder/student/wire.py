@@ -128,6 +128,8 @@ def read_result(header: dict, blob: bytes) -> dict:
 def read_inputs(blob: bytes):
     """The inputs the grader sent (see :func:`autograder.judging.secret.pack_inputs`) as a
     :class:`autograder.questions.inputs.ProvidedSource`."""
+    # the questions package (and torch with it) loads only where inputs are read: the hosts
+    # import this module for its frames alone
     from ..questions.inputs import ProvidedSource
 
     arrays = _load_npz(blob, "biufU")

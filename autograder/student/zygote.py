@@ -186,7 +186,7 @@ def _limits(req: dict) -> None:
     # Address space already mapped by the preloaded libraries (torch maps ~3 GB of
     # mostly-unbacked address space) does not count against the student: the limits are
     # "what is mapped now" + the allowance.
-    hard = lambda v: (v, v)  # noqa: E731
+    hard = lambda v: (v, v)  # noqa: E731 - a one-line helper local to the limits below
     resource.setrlimit(resource.RLIMIT_DATA, hard(vm["VmData"] + mem))
     resource.setrlimit(resource.RLIMIT_AS, hard(vm["VmSize"] + 2 * mem))
     cpu = int(req["timeout"]) + 1
@@ -523,7 +523,7 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
             os.close(data_r)
             os.waitpid(inner, 0)
             os._exit(0)
-        except BaseException:  # noqa: BLE001
+        except BaseException:  # noqa: BLE001 - the forked child reports any failure and exits
             try:
                 os.write(2, traceback.format_exc().encode())
             finally:
@@ -636,7 +636,7 @@ def script_payload(path: str, qids: list[str], emit, options: dict) -> None:
     try:
         namespace = runpy.run_path(path, run_name="__main__")
         emit(json.dumps({"result": namespace.get("RESULT")}, default=repr).encode())
-    except BaseException as exc:  # noqa: BLE001
+    except BaseException as exc:  # noqa: BLE001 - the test script's exception is its result
         emit(json.dumps({"error": f"{type(exc).__name__}: {exc}"}).encode())
 
 
@@ -670,7 +670,7 @@ def serve(payload_spec: str, preload: list[str]) -> None:
             return
         try:
             header, result = run_one(req, notebook, payload_fn, proto_in)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:  # noqa: BLE001 - one request that fails must not stop the zygote
             header, result = {"status": "error", "reason": f"zygote: {exc!r}"}, b""
         write_frame(proto_out, header, result)
 

@@ -2,68 +2,33 @@
 (built from ``vitref``) and the catalogue of known mistakes. Never bundled into the sandbox.
 
 One module per chapter, next to :mod:`autograder.questions`' module of the same name; each
-calls :func:`add` for its questions.
+calls :func:`add` (:mod:`._entry`, the catalogue's lowest module) for its questions. Importing
+this package imports every chapter, so :func:`entry` finds every question. The catalogue imports
+nothing of :mod:`autograder.judging.judge`: the judge looks an entry up and hands it on.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from . import (  # noqa: F401 - importing a chapter adds its entries
+    ch01_tokens,
+    ch02_positional_encoding,
+    ch03_attention,
+    ch04_multihead_attention,
+    ch05_blocks,
+    ch06_patch_embedding,
+    ch07_label_smoothing,
+    ch07_vit,
+    ch08_decoder,
+    ch08_kvcache,
+    ch09_training,
+    concepts,
+)
+from ._entry import _ENTRIES, Entry, add
 
-from ..model import Mistake
-
-
-@dataclass
-class Entry:
-    references: Callable[[], list]                 # correct answers (any may match)
-    catalogue: Sequence[Mistake] = ()
-    reference_parts: Callable[[], Any] | None = None  # parts for composite catalogue answers
-    # when no catalogued mistake matches: diagnose(question, data) -> a sentence naming the
-    # property that failed ("the output does not depend on the mask"), or None
-    diagnose: Callable[[Any, dict], str | None] | None = None
-    # instead of comparing outputs with the references: verdict(question, case, student_case)
-    # -> None when the case passes, else a sentence for the student (value questions: never
-    # the expected value itself)
-    verdict: Callable[[Any, Any, dict], str | None] | None = None
-    # with a verdict: match(question, data) -> the key of the catalogue mistake the outputs show
-    # (instead of running each mistake's answer), and summary(question, data) -> what a passing
-    # answer reached, added to its feedback
-    match: Callable[[Any, dict], str | None] | None = None
-    summary: Callable[[Any, dict], str | None] | None = None
-    # a stand-in for the first reference in the grader's input-drawing pass, where running the
-    # reference would be expensive (a training question): only the inputs it is given matter
-    draw_answer: Callable | None = None
-
-
-_ENTRIES: dict[str, Entry] = {}
-
-
-def add(qid: str, references, catalogue=(), reference_parts=None, diagnose=None, verdict=None, match=None,
-        summary=None, draw_answer=None) -> None:
-    if qid in _ENTRIES:
-        raise ValueError(f"duplicate catalogue entry {qid!r}")
-    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts, diagnose, verdict, match, summary,
-                          draw_answer)
+__all__ = ["Entry", "add", "entry"]
 
 
 def entry(qid: str) -> Entry:
-    _load()
+    """The catalogue entry of question ``qid`` (ValueError when there is none)."""
     if qid not in _ENTRIES:
         raise ValueError(f"no references or catalogue for question {qid!r}")
     return _ENTRIES[qid]
-
-
-def _load() -> None:
-    from . import (  # noqa: F401
-        ch01_tokens,
-        ch02_positional_encoding,
-        ch03_attention,
-        ch04_multihead_attention,
-        ch05_blocks,
-        ch06_patch_embedding,
-        ch07_vit,
-        ch07_label_smoothing,
-        ch08_decoder,
-        ch08_kvcache,
-        ch09_training,
-        concepts,
-    )

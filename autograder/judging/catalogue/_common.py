@@ -6,8 +6,6 @@ from types import SimpleNamespace
 
 import torch
 
-from ...questions.common import build_flexible, call_with_mask, first_if_tuple  # noqa: F401
-
 
 def vitref():
     """The reference package, imported on first use."""

@@ -13,26 +13,28 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..compare import case_rows, compare_outputs
+from ..messages import outputs_equal
+from ._entry import registered
+
 
 def case_status(question, data) -> list:
     """Per case: (kind, detail); kind is "ok", "error", "property" (detail: the sentence),
     "structure", "grad" (only gradients differ; detail: the reference) or "output"."""
-    from ..judge import _compare_outputs, case_rows
-
     status: list = []
-    for row in case_rows(question, data):
+    for row in case_rows(question, data, registered(question.id).references):
         if row.status in ("error", "property", "structure"):
             status.append((row.status, row.detail))
             continue
         got = row.student["outputs"]
         found = None
         for reference in row.references:
-            if _compare_outputs(question, row.case, got, reference) is None:
+            if compare_outputs(question, row.case, got, reference) is None:
                 found = ("ok", reference)
                 break
             plain = {k: v for k, v in reference.items() if not k.startswith("grad_")}
             mine = {k: v for k, v in got.items() if not k.startswith("grad_")}
-            kind = "grad" if _compare_outputs(question, row.case, mine, plain) is None else "output"
+            kind = "grad" if compare_outputs(question, row.case, mine, plain) is None else "output"
             if found is None or (found[0] == "output" and kind == "grad"):
                 found = (kind, reference)
         status.append(found)
@@ -55,7 +57,6 @@ def _gradients_only(question, data, status):
         return None
     index, reference = failing[0]
     got = data["cases"][index]["outputs"]
-    from ..messages import outputs_equal
     names = [k[len("grad_"):] for k in reference if k.startswith("grad_") and k in got
              and not outputs_equal({k: got[k]}, {k: reference[k]})]
     return (f"Your output is right but its gradient with respect to {' and '.join(names) or 'the input'} is not: "
@@ -83,7 +84,6 @@ _DROP_KEYS = ("drop_p", "forward_drop_p")
 def dropout_rule(question, data, status):
     """The first failing case is a dropout case whose dropout-free twin (same seed, same x and
     weights: ``base_label``) passes: say what dropout does wrong there."""
-    from ..messages import outputs_equal
 
     failing = [i for i, (kind, _) in enumerate(status) if kind != "ok"]
     if not failing:

@@ -9,19 +9,22 @@ Each rule looks at which cases fail and how; the first rule that applies gives t
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from ...questions.base import Case
 from ...questions.common import case_mask
+from ..compare import case_rows
+from ..messages import outputs_equal
+from ..variants import JudgeCase, needs_grad
+from ._entry import registered
 
 
 def case_results(question, data) -> list[dict]:
     """Per case: {"case", "student", "status" (None = passes, "error", "property", "differs"),
-    "references"}; from the judge's own case loop (references are cached)."""
-    from .. import judge as J
-
+    "references"}; from :func:`autograder.judging.compare.case_rows`, the judge's own case loop (references are cached)."""
     names = {"ok": None, "error": "error", "property": "property", "structure": "differs", "differs": "differs"}
     return [{"case": row.case, "student": row.student, "status": names[row.status], "references": row.references,
-             "index": row.index} for row in J.case_rows(question, data)]
+             "index": row.index} for row in case_rows(question, data, registered(question.id).references)]
 
 
 def _has_mask(case) -> bool:
@@ -35,24 +38,17 @@ def _message(row) -> str:
 def reference_without(question, row, drop: tuple) -> dict | None:
     """The first reference's outputs on ``row``'s case with the params ``drop`` removed (same
     inputs, same parameters): what the answer would give if it ignored them."""
-    from .. import judge as J
-    from ..catalogue import entry
-
-    import torch
-
     case = row["case"]
     params = {k: v for k, v in case.params.items() if k not in drop}
     other = Case(case.label, params, case.dims)
-    recorder = J.JudgeCase(question, other, row["index"], row["student"], 0, False)
-    reference = entry(question.id).references()[0]
-    with torch.set_grad_enabled(J._needs_grad(question)):
+    recorder = JudgeCase(question, other, row["index"], row["student"], 0, False)
+    reference = registered(question.id).references()[0]
+    with torch.set_grad_enabled(needs_grad(question)):
         question.run_case(reference, other, recorder)
     return recorder.outputs
 
 
 def _same(a, b) -> bool:
-    from ..messages import outputs_equal
-
     return a is not None and b is not None and outputs_equal(a, b)
 
 
@@ -211,14 +207,9 @@ def merged_heads(question, row):
     """(the student's merged heads, the reference's) before the output projection, (B, N, E):
     the student's recovered by inverting the projection with the student's own weights
     (``out = merged @ W^T + b``); None when the reference has no ``projection`` layer."""
-    import torch
-
-    from .. import judge as J
-    from ..catalogue import entry
-
     captured = {}
 
-    class Capture(J.JudgeCase):
+    class Capture(JudgeCase):
         def build(self, *args, **kwargs):
             module = super().build(*args, **kwargs)
             projection = getattr(module, "projection", None)
@@ -229,7 +220,7 @@ def merged_heads(question, row):
 
     recorder = Capture(question, row["case"], row["index"], row["student"], 0, False)
     with torch.no_grad():
-        question.run_case(entry(question.id).references()[0], row["case"], recorder)
+        question.run_case(registered(question.id).references()[0], row["case"], recorder)
     if "merged" not in captured:
         return None
     weight = captured["projection"].weight.detach().numpy()
@@ -266,7 +257,7 @@ def _heads_rule(question, rows, failing):
             return (f"each token's merged heads (recovered through your output projection) hold the right numbers "
                     f"in the wrong places: head 0's features are not features 0-{d - 1}, so changing head 1's "
                     f"weights changes the features where head 0's output belongs (merge as (h d), not (d h))")
-        flat = lambda a: np.sort(a.reshape(a.shape[0], -1), axis=-1)  # noqa: E731
+        flat = lambda a: np.sort(a.reshape(a.shape[0], -1), axis=-1)  # noqa: E731 - a one-line helper local to this rule
         if np.allclose(flat(got), flat(want), atol=1e-4):
             return ("the merged heads (recovered through your output projection) mix the tokens: a token's "
                     "features come from other tokens' heads (reshape of (B, h, N, d) without moving the heads "

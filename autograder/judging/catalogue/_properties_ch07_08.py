@@ -12,16 +12,16 @@ from __future__ import annotations
 
 import numpy as np
 
-
-def _judge():
-    from .. import judge
-    return judge
+from ..compare import case_rows, property_problem
+from ..messages import compare
+from ..variants import reference_outputs
+from ._entry import registered
 
 
 def case_verdicts(question, data) -> list[bool | None]:
     """Per case: True (matches a reference), False (differs or raised), None (not comparable)."""
     try:
-        rows = _judge().case_rows(question, data)
+        rows = case_rows(question, data, registered(question.id).references)
     except Exception:  # noqa: BLE001 - a diagnosis never fails the verdict
         return [None] * len(data.get("cases") or [])
     return [None if row.status == "structure" else row.status == "ok" for row in rows]
@@ -65,13 +65,12 @@ def property_anywhere(question, data) -> str | None:
     """The first property a case checks whatever the numbers (float64 kept, every parameter
     reached by the gradient) that fails, with the case: more precise than the numbers of
     another case that fail because of it."""
-    judge = _judge()
     verdicts = case_verdicts(question, data)
     first_failing = next((i for i, ok in enumerate(verdicts) if ok is False), None)
     for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
         if student_case.get("error"):
             continue
-        found = judge.property_problem(question, case, student_case)
+        found = property_problem(question, case, student_case)
         if found:
             # the feedback already starts with the first failing case's problem: not said twice
             return None if index == first_failing else f"{found} (on input {case.label})"
@@ -104,14 +103,12 @@ def dtype_mix(question, data) -> str | None:
 def first_wrong_output(question, data):
     """(case, output name) of the first output that differs from every reference, in the
     order the recipe recorded them; None when the outputs of every case are right."""
-    judge = _judge()
-    from ..messages import compare
-
+    references_of = registered(question.id).references
     for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
-        if student_case.get("error") or judge.property_problem(question, case, student_case):
+        if student_case.get("error") or property_problem(question, case, student_case):
             continue
         got = student_case.get("outputs") or {}
-        references, _ = judge.reference_outputs(question, index, student_case, verify=False)
+        references, _ = reference_outputs(question, references_of, index, student_case, verify=False)
         if not references:
             continue
         best = None

@@ -6,15 +6,9 @@ import torch.nn.functional as F
 from einops import rearrange
 
 from ..model import Mistake
-from . import add
+from ._entry import add
 from ._common import vitref
 from ._properties import diagnose
-from ...questions.ch01_tokens import (  # noqa: F401
-    EMBED_CASES,
-    PATCH_CASES,
-    _run_embed,
-    _run_patches,
-)
 
 
 def _pattern(pattern):

@@ -5,13 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Mistake
-from . import add
+from ._entry import add
 from ._common import vitref
 from ._properties import diagnose
-from ...questions.ch02_positional_encoding import (  # noqa: F401
-    Q1_CASES,
-    _run_q1,
-)
 
 
 def _reference():

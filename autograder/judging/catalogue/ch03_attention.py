@@ -7,19 +7,10 @@ import math
 import torch
 
 from ..model import Mistake
-from . import add
+from ._entry import add
 from ._attention import attend, finite_fill_attention, finite_fill_head, head_class
 from ._common import mistaken_mask_softmax, vitref
 from ._properties import diagnose
-from ...questions.ch03_attention import (  # noqa: F401
-    ATTENTION_CASES,
-    HEAD_CASES,
-    SOFTMAX_CASES,
-    _run_attention,
-    _run_head,
-    _run_softmax,
-    _softmax_input,
-)
 
 
 def _softmax_variant(fn):

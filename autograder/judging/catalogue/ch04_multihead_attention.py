@@ -5,16 +5,10 @@ from __future__ import annotations
 
 
 from ..model import Mistake
-from . import add
+from ._entry import add
 from ._attention import finite_fill_loop, finite_fill_mha, head_class, loop_class, mha_class
 from ._common import parts, vitref
 from ._properties import diagnose
-from ...questions.ch04_multihead_attention import (  # noqa: F401
-    LOOP_CASES,
-    MHA_CASES,
-    _run_loop,
-    _run_mha,
-)
 
 
 def _mha(**kwargs):

@@ -7,21 +7,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..model import Mistake
-from . import add
+from ._entry import add
 from ._common import parts, vitref
 from ._diagnosis import diagnosis, dropout_rule
-from ...questions.ch05_blocks import (  # noqa: F401
-    BLOCK_CASES,
-    LN_CASES,
-    POST_CASES,
-    Q6_CASES,
-    Q7_CASES,
-    Sublayer,
-    _run_block,
-    _run_ln,
-    _run_q6,
-    _run_q7,
-)
 
 
 def _add_in_place(self, x, kw):

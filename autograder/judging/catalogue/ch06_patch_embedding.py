@@ -2,31 +2,19 @@
 from __future__ import annotations
 
 
+from types import SimpleNamespace
+
+import numpy as np
 import torch
 from einops import rearrange, repeat
 from einops.layers.torch import Rearrange
 from torch import nn
 
 from ..model import Mistake
-from . import add
+from ._entry import add
 from ._common import parts, vitref
 from ._diagnosis import diagnosis, tokens_rule
 from .ch01_tokens import PATCH_MISTAKES
-from ...questions.ch06_patch_embedding import (  # noqa: F401
-    CONV_CASES,
-    Q2_CASES,
-    Q3_CASES,
-    Q4_CASES,
-    _build_patch_embedding,
-    _case,
-    _dims,
-    _images,
-    _run_conv,
-    _run_q2,
-    _run_q3,
-    _run_q4,
-    _run_tokens,
-)
 
 PATCH = "b c (h s1) (w s2) -> b (h w) (s1 s2 c)"
 
@@ -171,8 +159,6 @@ add('q2', references=_projection_reference, catalogue=Q2_MISTAKES,
     diagnose=diagnosis(tokens_rule("patch_embeddings", class_token=False)))
 
 def _pe_part():
-    import numpy as np
-
     def getPositionEncoding(seq_len, d, n=10000):
         if d % 2:
             # vitref refuses odd widths; only the catalogue's swapped-arguments answer asks for
@@ -321,8 +307,6 @@ Q4_MISTAKES = [
 
 def _notebook_pe(seq_len, d, n=10000):
     """getPositionEncoding exactly as chapter 6's notebook gives it (it fails for an odd d)."""
-    import numpy as np
-
     k = np.arange(seq_len)[:, None]
     i = np.arange(d // 2)[None, :]
     angles = k / np.power(n, 2 * i / d)
@@ -333,7 +317,6 @@ def _notebook_pe(seq_len, d, n=10000):
 
 def _with_pe(builder, pe):
     def build(parts):
-        from types import SimpleNamespace
         return builder(SimpleNamespace(**{**vars(parts), "getPositionEncoding": pe}))
     return build
 

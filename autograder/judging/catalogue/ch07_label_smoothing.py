@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ..model import Mistake
-from . import add
+from ._entry import add
 from ._properties import dtype_mix
 
 

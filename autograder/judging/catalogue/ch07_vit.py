@@ -10,15 +10,10 @@ from einops import rearrange
 from torch import nn
 
 from ..model import Mistake
-from . import add
+from ._entry import add
 from ._common import parts, vitref
+from ..variants import reference_outputs
 from ._properties_ch07_08 import first_wrong_output, standard
-from ...questions.ch07_vit import (  # noqa: F401
-    CE_CASES,
-    VIT_CASES,
-    _run_ce,
-    _run_vit,
-)
 
 
 def _vit_reference():
@@ -340,14 +335,12 @@ def _ce_shape(question, data):
 
 def _ce_ratio(question, data):
     """The same factor between the student's loss and the reference's on every moderate input."""
-    from ..judge import reference_outputs
-
     ratios = []
     for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
         loss = (student_case.get("outputs") or {}).get("loss")
         if case.params.get("tests") == "large" or loss is None or np.size(loss) != 1:
             continue
-        references, _ = reference_outputs(question, index, student_case, verify=False)
+        references, _ = reference_outputs(question, _ce_reference, index, student_case, verify=False)
         want = float(np.ravel(references[0]["loss"])[0]) if references else 0.0
         if abs(want) < 1e-6:
             continue

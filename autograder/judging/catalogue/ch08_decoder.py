@@ -11,16 +11,11 @@ from einops import rearrange
 from torch import nn
 
 from ..model import Mistake
-from . import add
-from ._common import first_if_tuple, mistaken_mask_softmax, parts, vitref
+from ._entry import add
+from ...questions.common import first_if_tuple
+from ._common import mistaken_mask_softmax, parts, vitref
 from ._properties_ch07_08 import case_verdicts, first, standard, weights_problem
-from ...questions.ch08_decoder import (  # noqa: F401
-    CROSS_CASES,
-    DEC_CASES,
-    MASK_CASES,
-    _run_cross,
-    _run_decoder,
-    _run_mask,
+from ...questions.ch08_decoder import (
     cross_mask,
 )
 

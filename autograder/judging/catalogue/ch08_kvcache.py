@@ -11,7 +11,7 @@ from einops import rearrange
 from torch import nn
 
 from ..model import Mistake
-from . import add
+from ._entry import add
 from ._common import vitref
 from ._properties import dtype_mix
 

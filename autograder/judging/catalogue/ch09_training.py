@@ -39,7 +39,7 @@ from torch import nn
 from ...questions import inputs as I
 from ...questions.ch09_training import STATE_PREFIX, TIME_SLACK, overtime_after
 from ..model import Mistake
-from . import add
+from ._entry import add
 
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 CHANCE_BELOW = 0.20         # at most this accuracy: no learning (chance is 0.10)
@@ -193,7 +193,7 @@ def reference_train_vit(images, labels, seconds):
     """The course's recipe within ``seconds`` on the given FashionViT (patch 7, dim 64, 3 blocks,
     4 heads, MLP 128): AdamW 2e-3 with weight decay 0.05 on the matrices, 5% warm-up then cosine
     over the time budget, batch 128, label smoothing 0.1."""
-    from vitref.training.optim import param_groups, warmup_cosine
+    from vitref.training.optim import param_groups, warmup_cosine  # vitref on first use, as in _common
 
     start = time.monotonic()
     budget = 0.9 * float(seconds)                      # the rest: returning, sending the parameters

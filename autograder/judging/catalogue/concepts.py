@@ -11,9 +11,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import torch
 
 from ..model import Mistake
-from . import add
+from ._entry import add, registered
 from ._common import vitref
 
 
@@ -68,8 +69,7 @@ def value_verdict(question, case, student_case):
 
 
 def entry_value(qid: str):
-    from . import entry
-    return entry(qid).references()[0]
+    return registered(qid).references()[0]
 
 
 def concept(qid, compute, mistakes):
@@ -79,7 +79,6 @@ def concept(qid, compute, mistakes):
 # ------------------------------------------------------------------ 01 tokens
 
 def _patch_numbers():
-    import torch
     patches = vitref().image_to_patches(torch.zeros(1, 3, 32, 32), 8)      # (1, N, P*P*C)
     return int(patches.shape[-1])
 
@@ -121,7 +120,6 @@ concept("concept_sinusoid_value", _sinusoid, [
 
 
 def _masked_row():
-    import torch
     q, k = torch.randn(1, 1, 4), torch.randn(1, 5, 4)
     scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(torch.zeros(1, 1, 5, dtype=torch.bool) == 0, -1e9)
     return round(float(vitref().softmax(scores.double(), dim=-1)[0, 0, 0]), 6)
@@ -143,7 +141,7 @@ concept("concept_masked_row", _masked_row, [
 
 def _heads_factor():
     mha = vitref().MultiHeadAttention
-    count = lambda m: sum(p.numel() for p in m.parameters())      # noqa: E731
+    count = lambda m: sum(p.numel() for p in m.parameters())      # noqa: E731 - a one-line helper local to this builder
     return count(mha(64, 8)) / count(mha(64, 4))
 
 
@@ -163,7 +161,7 @@ concept("concept_heads_params", _heads_factor, [
 
 def _mlp_share():
     v = vitref()
-    count = lambda m: sum(p.numel() for p in m.parameters())      # noqa: E731
+    count = lambda m: sum(p.numel() for p in m.parameters())      # noqa: E731 - a one-line helper local to this builder
     return count(v.FeedForwardBlock(768, 4)) / count(v.MultiHeadAttention(768, 12))
 
 
@@ -215,7 +213,6 @@ concept("concept_position_rows", _position_rows, [
 
 
 def _initial_loss():
-    import torch
     loss = -vitref().softmax(torch.zeros(1, 10, dtype=torch.float64), dim=-1)[0, 3].log()
     return round(float(loss), 4)
 
