@@ -10,13 +10,14 @@ names with the reason. Each answer is checked by exactly one test.
 """
 from __future__ import annotations
 
+import sys
 from collections import Counter
 
 import pytest
 
 import autograder
 from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
-from answers.bank import MIN_WRONG, Says, answer_name, chapter_file, load, named
+from answers.bank import HERE, MIN_WRONG, Says, answer_name, chapter_file, load, named
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -70,6 +71,13 @@ def test_every_question_has_a_bank_in_its_chapter_file(qid):
     module = "answers." + where.rsplit("/", 1)[1].removesuffix(".py")
     elsewhere = sorted(m for m in bank.modules if m.split(".")[-1] != module.split(".")[-1])
     assert not elsewhere, f"{qid}'s answers are registered in {elsewhere}: move them to {where}"
+
+
+def test_every_chapter_file_is_loaded():
+    files = sorted(p.stem for p in HERE.glob("ch[0-9][0-9]_*.py"))
+    loaded = {name.rsplit(".", 1)[-1] for name in sys.modules if name.rsplit(".", 1)[0].endswith("answers")}
+    missing = [f for f in files if f not in loaded]
+    assert not missing, f"tests/answers/{missing[0]}.py is not imported: add it to load() in tests/answers/bank.py"
 
 
 def test_banks_are_for_known_questions_only():

@@ -100,8 +100,9 @@ def test_every_chapter_module_registers_only_its_own_chapter():
 
 # ------------------------------------------------------------------ a question
 # (tests/test_answer_banks.py: a solution in tests/answers/solutions.py and an answer bank;
-# tests/test_autograder_checks.py: >= 3 catalogued mistakes, each rejected and named; tests/test_notebooks.py: one test cell per question in
-# its solutions notebook, print(autograder.grade("<id>", <answer>)), with the question's points)
+# tests/test_autograder_checks.py: >= 3 catalogued mistakes, each rejected and named;
+# tests/test_notebooks.py: one test cell per question in its solutions notebook,
+# print(autograder.grade("<id>", <answer>)), with the question's points)
 
 def test_every_question_has_a_correct_variant_and_every_variant_a_question():
     ids = {q.id for q in QUESTIONS if q.kind != "value"}      # a value question has one right answer

@@ -155,6 +155,8 @@ class LayerNormOtherNames(nn.Module):
 
 # ####################################################################################################
 # realistic answers (moved from tests/answers/realistic_ch05_06.py)
+# The building blocks these answers use: the course's solutions (chapter 4's MultiHeadAttention, not the
+# class chapter 5's notebook gives, which has the same fused qkv layout; ResidualAdd, FeedForwardBlock).
 MHA, FFN, Residual = S.MultiHeadAttention, S.FeedForwardBlock, S.ResidualAdd
 
 

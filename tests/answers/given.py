@@ -1,5 +1,5 @@
-"""Code the notebooks of chapters 7 and 8 give students, which their answers build on: not an
-answer, and not written independently of the notebooks.
+"""Code the notebooks give students (chapters 5, 7 and 8), which the chapter 7 and 8 answers build
+on: not an answer, and not written independently of the notebooks.
 
 ``MultiHeadAttention`` and ``FeedForwardBlock`` are the notebooks' given classes, copied (their
 comments left out, a one-line docstring added). ``TransformerEncoderBlock`` is a reduced form of the given
