@@ -1,7 +1,9 @@
 """Answer banks of Chapter 8 (decoder): causal_mask, cross_attention, decoder_block.
 
 Variants, realistic right answers and realistic wrong answers, each with how the check must
-name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py).
+name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
+hand as students write them, not with the catalogue's builders; the building blocks they use are the
+course's solutions (solutions.py) or the code the notebooks give (given.py).
 """
 import math
 
