@@ -1,4 +1,4 @@
-"""Answer banks of Chapter 7 (ViT): vit_forward, cross_entropy.
+"""Answer banks of Chapter 7 (ViT): vit_forward, cross_entropy, label_smoothing.
 
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by

@@ -1,4 +1,4 @@
-"""Answer banks of Chapter 8 (decoder): causal_mask, cross_attention, decoder_block.
+"""Answer banks of Chapter 8 (decoder): causal_mask, cross_attention, decoder_block, kv_cache.
 
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
