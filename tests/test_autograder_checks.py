@@ -1,5 +1,6 @@
-"""The in-process checks: every question accepts correct answers and rejects, and names,
-every mistake of its catalogue; shortcuts, lying tensors and crashing answers are handled."""
+"""The in-process checks: the question list follows the contract; every question rejects, and
+names, every mistake of its catalogue; shortcuts, lying tensors and crashing answers are handled.
+(The solutions, variants and realistic answers: tests/test_answer_banks.py.)"""
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,7 +12,6 @@ from torch import nn
 import autograder
 from autograder.judging.catalogue import entry
 from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
-from answers.variants import VARIANTS
 
 QUESTIONS = autograder.questions()
 PARTS = SimpleNamespace(**S.PARTS)
@@ -24,12 +24,7 @@ CONTRACT = {  # id -> answer name: what the notebooks define and their test cell
 }
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_question_list_follows_the_contract():
@@ -52,31 +47,10 @@ def test_question_list_follows_the_contract():
         autograder.questions("99_nothing")
 
 
-def test_every_question_has_a_solution_fixture():
-    assert set(S.ANSWERS) == {q.id for q in QUESTIONS}
-
-
 # A training question takes a minute per check (its "overtime" mistake longer): its solution, its
 # verdict and its mistakes are tested in tests/test_training_question.py (and its notebook by nbval,
 # nbgrader and the sandboxed batch), not again here.
 TRAINING = {q.id for q in QUESTIONS if q.seconds}
-
-
-@pytest.mark.parametrize("qid", [q.id for q in QUESTIONS if q.id not in TRAINING])
-def test_solution_passes(qid):
-    result = autograder.check(qid, S.ANSWERS[qid])
-    assert result.passed, result.feedback
-    assert result.score == result.max_score == autograder.question(qid).points
-    assert autograder.grade(qid, S.ANSWERS[qid]).passed
-
-
-@pytest.mark.parametrize("qid, answer", [(qid, a) for qid, answers in VARIANTS.items() for a in answers],
-                         ids=[f"{qid}-{a.__name__}" for qid, answers in VARIANTS.items() for a in answers])
-def test_correct_variant_passes(qid, answer):
-    result = autograder.check(qid, answer)
-    assert result.passed, result.feedback
-
-
 CATALOGUE = [(q.id, m) for q in QUESTIONS if q.id not in TRAINING for m in entry(q.id).catalogue]
 
 

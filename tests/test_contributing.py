@@ -22,7 +22,7 @@ from torch import nn
 import autograder
 import vitref
 from answers import solutions as S            # tests/answers (tests/ is on sys.path under pytest)
-from answers.variants import VARIANTS
+from answers.bank import variants
 from autograder.judging import catalogue
 from autograder.judging.catalogue import entry
 from autograder.instructor import nbtools
@@ -99,18 +99,20 @@ def test_every_chapter_module_registers_only_its_own_chapter():
 
 
 # ------------------------------------------------------------------ a question
-# (tests/test_autograder_checks.py: a solution in tests/answers/solutions.py, >= 3 catalogued
-# mistakes, each rejected and named; tests/test_notebooks.py: one test cell per question in
-# its solutions notebook, print(autograder.grade("<id>", <answer>)), with the question's points)
+# (tests/test_answer_banks.py: a solution in tests/answers/solutions.py and an answer bank;
+# tests/test_autograder_checks.py: >= 3 catalogued mistakes, each rejected and named;
+# tests/test_notebooks.py: one test cell per question in its solutions notebook,
+# print(autograder.grade("<id>", <answer>)), with the question's points)
 
 def test_every_question_has_a_correct_variant_and_every_variant_a_question():
     ids = {q.id for q in QUESTIONS if q.kind != "value"}      # a value question has one right answer
     # variants in tests/test_exercises_new.py and (training, a minute each) tests/test_training_question.py
     tested_elsewhere = {"label_smoothing", "kv_cache", "train_to_accuracy"}
+    VARIANTS = variants()
     missing = sorted(ids - set(VARIANTS) - tested_elsewhere)
-    assert not missing, f"no @variant(...) in tests/answers/variants.py for {missing}"
+    assert not missing, f"no @variant(...) in tests/answers/ch<chapter>.py for {missing}"
     unknown = sorted(set(VARIANTS) - {q.id for q in QUESTIONS})
-    assert not unknown, f"tests/answers/variants.py has variants for unknown questions {unknown}"
+    assert not unknown, f"tests/answers/ch*.py have variants for unknown questions {unknown}"
 
 
 def test_the_solution_fixture_is_named_as_the_answer():

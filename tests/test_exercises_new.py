@@ -31,12 +31,7 @@ ASSIGNMENTS = sorted(p.name for p in (ROOT / "solutions").iterdir() if p.is_dir(
 VALUE_QUESTIONS = [q for q in autograder.questions() if q.kind == "value"]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def count(module) -> int:

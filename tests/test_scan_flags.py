@@ -9,9 +9,8 @@ from pathlib import Path
 import pytest
 
 import autograder
-from answers import realistic_ch01_04, realistic_ch01_04_b, realistic_ch05_06, realistic_ch07_08
+from answers.bank import right_answers
 from answers.solutions import ANSWERS
-from answers.variants import VARIANTS
 from autograder.judging.scan import FLAG_KINDS, flags, held_reason, holds, scan_object, scan_source
 from autograder.student.cells import code_cells
 
@@ -29,12 +28,7 @@ def _cells(path: Path) -> list[str]:
 
 def _right_answers() -> list[tuple[str, object]]:
     """Every right answer the tests know: the solutions, the variants and the realistic ones."""
-    out = [(qid, answer) for qid, answer in ANSWERS.items()]
-    out += [(qid, a) for qid, answers in VARIANTS.items() for a in answers]
-    for module in (realistic_ch01_04, realistic_ch01_04_b, realistic_ch07_08):
-        out += [(qid, a) for qid, answers in module.RIGHT.items() for a in answers]
-    out += [(qid, a) for qid, a in realistic_ch05_06.RIGHT]
-    return out
+    return [(qid, answer) for qid, answer in ANSWERS.items()] + right_answers()
 
 
 def test_the_fixtures_are_found():

@@ -1,49 +1,164 @@
-"""Answers to chapters 5 and 6 as students write them: right ones in other formulations, and
-realistic wrong ones, each with the name the checker should give it.
+"""Answer banks of Chapter 5 (blocks): q6, q7, q7b, layernorm, post_ln_block.
 
-``RIGHT``: (question id, answer) pairs that must pass.
-``WRONG``: (question id, answer, expected) triples that must fail; ``expected`` is the
-catalogue key the judge should name, or ``("says", words)``: words the feedback must contain
-(a property named by the judge or a diagnosis, when no catalogue entry matches).
-
-Written independently of the catalogue's builders, with the notebook's building blocks
-(``MultiHeadAttention`` as given in chapter 5's notebook, the course's ``ResidualAdd`` and
-``FeedForwardBlock``, chapter 2's ``getPositionEncoding``).
+Variants, realistic right answers and realistic wrong answers, each with how the check must
+name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
+hand as students write them, not with the catalogue's builders; the building blocks they use are the
+course's solutions (solutions.py) or the code the notebooks give (given.py).
 """
 from collections import OrderedDict
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from einops import rearrange, repeat
-from einops.layers.torch import Rearrange
 from torch import nn
 
 from . import solutions as S
+from .bank import lacks, right, says, variant, wrong, wrong_rows
+from .ch04_multihead_attention import MHAHeadMajorLayout, MHASeparate
 
-RIGHT: list = []
-WRONG: list = []
+# ####################################################################################################
+# variants: other correct formulations (moved from tests/answers/variants.py)
+# ----------------------------------------------------------------- q6
+@variant("q6")
+class ResidualFirst(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
 
-
-def right(*qids):
-    def register(obj):
-        for qid in qids:
-            RIGHT.append((qid, obj))
-        return obj
-    return register
-
-
-def wrong(qid, expected):
-    def register(obj):
-        WRONG.append((qid, obj, expected))
-        return obj
-    return register
+    def forward(self, x, **kwargs):
+        return self.fn(x, **kwargs) + x
 
 
-def says(words):
-    return ("says", words)
+@variant("q6")
+class ResidualClone(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x, **kwargs):
+        out = x.clone()
+        out += self.fn(x, **kwargs)
+        return out
 
 
+# ----------------------------------------------------------------- q7
+@variant("q7")
+class FFNModule(nn.Module):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        super().__init__()
+        hidden = expansion * emb_size if hidden_dim is None else hidden_dim
+        self.fc1 = nn.Linear(emb_size, hidden)
+        self.fc2 = nn.Linear(hidden, emb_size)
+        self.drop = nn.Dropout(drop_p)
+
+    def forward(self, x):
+        return self.fc2(self.drop(F.gelu(self.fc1(x))))
+
+
+@variant("q7")
+class FFNFunctionalDropout(nn.Module):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        super().__init__()
+        hidden = hidden_dim if hidden_dim else emb_size * expansion
+        self.up, self.down, self.drop_p = nn.Linear(emb_size, hidden), nn.Linear(hidden, emb_size), drop_p
+
+    def forward(self, x):
+        return self.down(F.dropout(F.gelu(self.up(x)), self.drop_p, training=self.training))
+
+
+# ----------------------------------------------------------------- q7b
+@variant("q7b")
+class EncoderBlockModule(nn.Module):
+    """Pre-LN with named sub-modules and separate q/k/v attention layers."""
+
+    def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, num_heads=8):
+        super().__init__()
+        self.ln1 = nn.LayerNorm(emb_size)
+        self.attention = MHASeparate(emb_size, num_heads)
+        self.ln2 = nn.LayerNorm(emb_size)
+        self.ffn = FFNModule(emb_size, forward_expansion, forward_drop_p)
+        self.drop = nn.Dropout(drop_p)
+
+    def forward(self, x):
+        x = x + self.drop(self.attention(self.ln1(x)))
+        return x + self.drop(self.ffn(self.ln2(x)))
+
+
+@variant("q7b")
+class EncoderBlockHeadMajor(nn.Sequential):
+    def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, **kwargs):
+        super().__init__(
+            S.ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), MHAHeadMajorLayout(emb_size, **kwargs),
+                                        nn.Dropout(drop_p))),
+            S.ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size),
+                                        S.FeedForwardBlock(emb_size, forward_expansion, forward_drop_p),
+                                        nn.Dropout(drop_p))),
+        )
+
+
+# ----------------------------------------------------------------- layernorm
+@variant("layernorm")
+class LayerNormGammaBeta(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.gamma = nn.Parameter(torch.ones(dim))
+        self.beta = nn.Parameter(torch.zeros(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        return self.gamma * (x - x.mean(-1, keepdim=True)) * torch.rsqrt(var + self.eps) + self.beta
+
+
+@variant("layernorm")
+class LayerNormFloat64(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        x = x.double()
+        centred = x - x.mean(dim=-1, keepdim=True)
+        std = torch.sqrt(centred.pow(2).mean(dim=-1, keepdim=True) + self.eps)
+        return centred / std * self.weight.double() + self.bias.double()
+
+
+# ----------------------------------------------------------------- post_ln_block
+@variant("post_ln_block")
+class PostLNOtherNames(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
+        super().__init__()
+        self.mha = MHASeparate(emb_size, num_heads)
+        self.ln1 = nn.LayerNorm(emb_size)
+        self.ffn = FFNModule(emb_size, forward_expansion)
+        self.ln2 = nn.LayerNorm(emb_size)
+
+    def forward(self, x):
+        h = self.ln1(x + self.mha(x))
+        return self.ln2(h + self.ffn(h))
+
+
+# ----------------------------------------------------------------- other parameter names and shapes
+@variant("layernorm")
+class LayerNormOtherNames(nn.Module):
+    def __init__(self, features, epsilon=1e-5):
+        super().__init__()
+        self.epsilon = epsilon
+        self.scale = nn.Parameter(torch.ones(features))
+        self.shift = nn.Parameter(torch.zeros(features))
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = x.var(-1, keepdim=True, correction=0)
+        return self.scale * (x - mean) / (var + self.epsilon).sqrt() + self.shift
+
+
+# ####################################################################################################
+# realistic answers (moved from tests/answers/realistic_ch05_06.py)
+# The building blocks these answers use: the course's solutions (chapter 4's MultiHeadAttention, not the
+# class chapter 5's notebook gives, which has the same fused qkv layout; ResidualAdd, FeedForwardBlock).
 MHA, FFN, Residual = S.MultiHeadAttention, S.FeedForwardBlock, S.ResidualAdd
 
 
@@ -178,7 +293,7 @@ def _ffn(*layers):
     return FeedForwardBlock
 
 
-WRONG += [
+wrong_rows([
     ("q7", _ffn("up", "relu", "drop", "down"), "relu"),
     ("q7", _ffn("up", "gelu_tanh", "drop", "down"), "gelu_tanh"),
     ("q7", _ffn("same", "gelu", "drop", "same"), "no_expansion"),
@@ -189,10 +304,10 @@ WRONG += [
     ("q7", _ffn("up", "drop", "gelu", "down"), "dropout_before_activation"),
     ("q7", _ffn("drop_input", "up", "gelu", "down"), "dropout_on_input"),
     ("q7", _ffn("up_nobias", "gelu", "drop", "down_nobias"), "no_bias"),
-]
+])
 
 
-@wrong("q7", "dropout_always_on")
+@wrong("q7", ("dropout_always_on", says("eval mode"), says("drop_p=0.5")))
 class FFNDropoutAlwaysOn(nn.Module):
     def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
         super().__init__()
@@ -214,15 +329,20 @@ class FFNFrozen(nn.Sequential):
 
 # hidden_dim (FeedForwardBlock(emb_size, expansion=4, drop_p=0.0, hidden_dim=None), vitref's signature, which
 # chapters 7 and 8 call as FeedForwardBlock(dim, hidden_dim=mlp_dim)): the answer written before the exercise
-# took it, and answers that take it and never use it
-@wrong("q7", "hidden_dim_ignored")
+# took it, and answers that take it and never use it: right on every input but the hidden_dim one (only
+# that input fails), named by the mistake
+HIDDEN_DIM_IGNORED = ("hidden_dim_ignored", says("hidden_dim ignored"),
+                      says("On input FeedForwardBlock(6, hidden_dim=10)"), lacks("input sets fail"))
+
+
+@wrong("q7", HIDDEN_DIM_IGNORED)
 class FFNBeforeHiddenDim(nn.Sequential):
     def __init__(self, emb_size, expansion=4, drop_p=0.0):
         super().__init__(nn.Linear(emb_size, expansion * emb_size), nn.GELU(), nn.Dropout(drop_p),
                          nn.Linear(expansion * emb_size, emb_size))
 
 
-@wrong("q7", "hidden_dim_ignored")
+@wrong("q7", HIDDEN_DIM_IGNORED)
 class FFNHiddenDimUnused(nn.Module):
     def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
         super().__init__()
@@ -233,7 +353,7 @@ class FFNHiddenDimUnused(nn.Module):
         return self.down(self.drop(F.gelu(self.up(x))))
 
 
-@wrong("q7", "hidden_dim_ignored")
+@wrong("q7", HIDDEN_DIM_IGNORED)
 class FFNKwargsSwallowHiddenDim(nn.Sequential):
     def __init__(self, emb_size, expansion=4, drop_p=0.0, **kwargs):
         super().__init__(nn.Linear(emb_size, expansion * emb_size), nn.GELU(), nn.Dropout(drop_p),
@@ -316,7 +436,7 @@ def _block(layout):
     return TransformerEncoderBlock
 
 
-WRONG += [
+wrong_rows([
     ("q7b", _block("swapped_drops"), "dropout_swapped"),
     ("q7b", _block("ffn_drop_not_passed"), "forward_drop_p_not_passed"),
     ("q7b", _block("no_dropout"), "no_dropout"),
@@ -325,7 +445,7 @@ WRONG += [
     ("q7b", _block("shared_norm"), "shared_norm"),
     ("q7b", _block("ffn_first"), "ffn_first"),
     ("q7b", _block("ffn_relu"), "ffn_relu"),
-]
+])
 
 
 @wrong("q7b", "post_ln")
@@ -391,7 +511,7 @@ def _centred(x):
     return x - x.mean(-1, keepdim=True)
 
 
-WRONG += [
+wrong_rows([
     ("layernorm", _ln(lambda s, x: _centred(x) / torch.sqrt(torch.var(x, -1, keepdim=True) + s.eps) * s.weight
                       + s.bias), "unbiased_variance"),
     ("layernorm", _ln(lambda s, x: _centred(x) / (x.std(-1, keepdim=True) + s.eps) * s.weight + s.bias),
@@ -420,7 +540,7 @@ WRONG += [
      "no_affine"),
     ("layernorm", _ln(lambda s, x: _centred(x) / torch.sqrt(_centred(x).pow(2).mean(-1, keepdim=True) + s.eps)
                       * s.weight.detach() + s.bias), says("gradient of the parameter weight")),
-]
+])
 
 
 # =========================================================================== post_ln_block
@@ -454,7 +574,7 @@ def _post_first(s, x):
     return s.norm1(x + s.attn(x))
 
 
-WRONG += [
+wrong_rows([
     ("post_ln_block", _post(lambda s, x: (lambda h: h + s.mlp(s.norm2(h)))(x + s.attn(s.norm1(x)))), "pre_ln"),
     ("post_ln_block", _post(lambda s, x: s.norm2(s.mlp(s.norm1(s.attn(x))))), "no_residual"),
     ("post_ln_block", _post(lambda s, x: (lambda h: h + s.norm2(s.mlp(h)))(x + s.norm1(s.attn(x)))),
@@ -468,7 +588,7 @@ WRONG += [
         (lambda n: n + s.attn(n))(s.norm1(x)))), "norm_then_residual"),
     ("post_ln_block", _post(lambda s, x: S.PostLNEncoderBlock.forward(s, x).float()),
      says("float32 although the inputs")),
-]
+])
 
 
 @wrong("post_ln_block", says("frozen"))
@@ -479,317 +599,6 @@ class PostFrozenNorm(_Post):
 
     def forward(self, x):
         return S.PostLNEncoderBlock.forward(self, x)
-
-
-# =========================================================================== q2, q3, q4 PatchEmbedding
-class _Embed(nn.Module):
-    """The notebook's PatchEmbedding (the final version takes img_size)."""
-
-    pattern = "b c (h s1) (w s2) -> b (h w) (s1 s2 c)"
-    bias = True
-    features = "ppc"
-
-    def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
-        super().__init__()
-        self.patch_size = patch_size
-        if self.features == "swapped":                  # nn.Linear(emb_size, P*P*C)
-            linear = nn.Linear(emb_size, patch_size * patch_size * in_channels)
-        else:                                           # "pp": nn.Linear(P*P, emb_size)
-            features = patch_size * patch_size * (in_channels if self.features == "ppc" else 1)
-            linear = nn.Linear(features, emb_size, bias=self.bias)
-        self.projection = nn.Sequential(Rearrange(self.pattern, s1=patch_size, s2=patch_size), linear)
-        self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size))
-        num_patches = (img_size // patch_size) ** 2
-        self.learnable_positions = nn.Parameter(torch.randn(num_patches + 1, emb_size))
-        self.register_buffer("sinusoids_positions", self.table(num_patches, emb_size, patch_size))
-
-    def table(self, num_patches, emb_size, patch_size):
-        return torch.from_numpy(getPositionEncoding(num_patches + 1, emb_size)).float()
-
-    def forward(self, x):
-        b = x.shape[0]
-        x = self.projection(x)
-        cls_tokens = repeat(self.cls_token, "() n e -> b n e", b=b)
-        x = torch.cat([cls_tokens, x], dim=1)
-        return self.add_positions(x)
-
-    def add_positions(self, x):
-        return x + self.sinusoids_positions
-
-
-def _embed(**attrs):
-    return type("PatchEmbedding", (_Embed,), attrs)
-
-
-class _Projection(nn.Module):
-    def __init__(self, fn, in_features, emb_size):
-        super().__init__()
-        self.fn, self.linear = fn, nn.Linear(in_features, emb_size)
-
-    def forward(self, images):
-        return self.linear(self.fn(images))
-
-
-def _patches_unfold(images, p):
-    b = images.shape[0]
-    patches = images.unfold(2, p, p).unfold(3, p, p)                       # (B, C, h, w, P, P)
-    return patches.permute(0, 2, 3, 4, 5, 1).reshape(b, -1, patches.shape[1] * p * p)
-
-
-def _patches_reshape(images, p):
-    b, c, h, w = images.shape
-    grid = images.reshape(b, c, h // p, p, w // p, p)                       # (B, C, h, P, w, P)
-    return grid.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // p) * (w // p), p * p * c)
-
-
-@right("q2", "q3", "q4")
-class EmbedUnfold(_Embed):
-    def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
-        super().__init__(in_channels, patch_size, emb_size, img_size)
-        self.projection = _Projection(lambda x: _patches_unfold(x, patch_size),
-                                      patch_size * patch_size * in_channels, emb_size)
-
-
-@right("q2", "q3", "q4")
-class EmbedReshape(_Embed):
-    def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
-        super().__init__(in_channels, patch_size, emb_size, img_size)
-        self.projection = _Projection(lambda x: _patches_reshape(x, patch_size),
-                                      patch_size * patch_size * in_channels, emb_size)
-
-
-right("q2", "q3", "q4")(_embed(pattern="batch chan (rows s1) (cols s2) -> batch (rows cols) (s1 s2 chan)"))
-
-
-@right("q3")
-class EmbedExpand(nn.Module):
-    """The Q3 notebook class (no img_size, no positions); the class token expanded."""
-
-    def __init__(self, in_channels=3, patch_size=16, emb_size=768):
-        super().__init__()
-        self.projection = nn.Sequential(Rearrange("b c (h s1) (w s2) -> b (h w) (s1 s2 c)", s1=patch_size,
-                                                  s2=patch_size),
-                                        nn.Linear(patch_size * patch_size * in_channels, emb_size))
-        self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size))
-
-    def forward(self, x):
-        x = self.projection(x)
-        return torch.cat((self.cls_token.expand(x.shape[0], -1, -1), x), 1)
-
-
-@right("q3")
-class EmbedRepeatMethod(EmbedExpand):
-    def forward(self, x):
-        x = self.projection(x)
-        return torch.cat([self.cls_token.repeat(x.size(0), 1, 1), x], dim=1)
-
-
-@right("q3")
-class EmbedFlatClsToken(EmbedExpand):
-    """A class token stored as (emb_size,)."""
-
-    def __init__(self, in_channels=3, patch_size=16, emb_size=768):
-        super().__init__(in_channels, patch_size, emb_size)
-        self.cls_token = nn.Parameter(torch.randn(emb_size))
-
-    def forward(self, x):
-        x = self.projection(x)
-        return torch.cat([self.cls_token.expand(x.shape[0], 1, -1), x], dim=1)
-
-
-@right("q4")
-class EmbedPlainAttribute(_Embed):
-    """The table kept as a plain float32 attribute (as the slides do) and added in place."""
-
-    def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
-        super().__init__(in_channels, patch_size, emb_size, img_size)
-        del self.sinusoids_positions
-        self.sinusoids_positions = torch.from_numpy(getPositionEncoding((img_size // patch_size) ** 2 + 1,
-                                                                        emb_size)).float()
-
-    def add_positions(self, x):
-        x += self.sinusoids_positions
-        return x
-
-
-@right("q4")
-class EmbedBatchedTable(_Embed):
-    def table(self, num_patches, emb_size, patch_size):
-        return torch.tensor(getPositionEncoding(seq_len=num_patches + 1, d=emb_size),
-                            dtype=torch.float32).unsqueeze(0)      # (1, N + 1, E)
-
-
-WRONG += [
-    ("q2", _embed(pattern="b c (h s1) (w s2) -> b (h w) (c s1 s2)"), "channels_first"),
-    ("q2", _embed(pattern="b c (h s1) (w s2) -> b (h w) (s2 s1 c)"), "transposed_patch"),
-    ("q2", _embed(pattern="b c (h s2) (w s1) -> b (h w) (s1 s2 c)"), "transposed_patch"),
-    ("q2", _embed(pattern="b c (h s1) (w s2) -> b (w h) (s1 s2 c)"), "column_order"),
-    ("q2", _embed(pattern="b c (s1 h) (s2 w) -> b (h w) (s1 s2 c)"), "interleaved"),
-    ("q2", _embed(features="pp"), "in_features_without_channels"),
-    ("q2", _embed(features="swapped"), "linear_swapped"),
-    ("q2", _embed(bias=False), "no_bias"),
-    ("q3", _embed(pattern="b c (s1 h) (s2 w) -> b (h w) (s1 s2 c)"), "interleaved"),
-    ("q4", _embed(pattern="b c (h s1) (w s2) -> b (w h) (s1 s2 c)"), "column_order"),
-]
-
-
-@wrong("q2", "channels_first")
-class EmbedNnUnfold(_Embed):
-    """nn.Unfold flattens a patch channel-major, (c s1 s2)."""
-
-    def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
-        super().__init__(in_channels, patch_size, emb_size, img_size)
-        self.projection = nn.Sequential(nn.Unfold(kernel_size=patch_size, stride=patch_size),
-                                        Rearrange("b f n -> b n f"),
-                                        nn.Linear(patch_size * patch_size * in_channels, emb_size))
-
-
-@wrong("q2", "reshape_only")
-class EmbedReshapeOnly(_Embed):
-    def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
-        super().__init__(in_channels, patch_size, emb_size, img_size)
-        p = patch_size
-        self.projection = _Projection(lambda x: x.reshape(x.shape[0], (x.shape[2] // p) * (x.shape[3] // p), -1),
-                                      p * p * in_channels, emb_size)
-
-
-class _Q3(EmbedExpand):
-    def forward(self, x):
-        b = x.shape[0]
-        x = self.projection(x)
-        return self.join(self.cls_token, x, b)
-
-
-def _q3(join):
-    return type("PatchEmbedding", (_Q3,), {"join": staticmethod(join)})
-
-
-WRONG += [
-    ("q3", _q3(lambda cls, x, b: torch.cat([cls, x], dim=1)), "cls_not_repeated"),
-    ("q3", _q3(lambda cls, x, b: torch.cat([x, repeat(cls, "() n e -> b n e", b=b)], dim=1)), "cls_at_end"),
-    ("q3", _q3(lambda cls, x, b: x + repeat(cls, "() n e -> b n e", b=b)), "cls_added"),
-    ("q3", _q3(lambda cls, x, b: torch.cat([repeat(cls, "() n e -> n b e", b=b), x], dim=1)), "cls_not_repeated"),
-    ("q3", _q3(lambda cls, x, b: torch.cat([repeat(cls, "() n e -> b n e", b=b), x], dim=-1)),
-     "cls_cat_wrong_dim"),
-    ("q3", _q3(lambda cls, x, b: torch.cat([repeat(cls.detach(), "() n e -> b n e", b=b), x], dim=1)),
-     says("gradient of the parameter cls_token")),
-    ("q3", _q3(lambda cls, x, b: torch.cat([torch.zeros(b, 1, x.shape[-1], dtype=x.dtype), x], dim=1)),
-     says("gradient of the parameter cls_token")),
-]
-
-
-def _q4(add=None, table=None):
-    attrs = {}
-    if add is not None:
-        attrs["add_positions"] = add
-    if table is not None:
-        attrs["table"] = table
-    return _embed(**attrs)
-
-
-def _before_cls_forward(self, x):
-    x = self.projection(x) + self.sinusoids_positions
-    return torch.cat([repeat(self.cls_token, "() n e -> b n e", b=x.shape[0]), x], dim=1)
-
-
-def _cls_without_position(self, x):
-    return torch.cat([x[:, :1], x[:, 1:] + self.sinusoids_positions[1:]], dim=1)
-
-
-WRONG += [
-    ("q4", _q4(add=lambda self, x: x + self.learnable_positions), "learned_positions"),
-    ("q4", _q4(add=lambda self, x: x), "no_positions"),
-    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(getPositionEncoding(n, e)).float()),
-     "seq_len_num_patches"),
-    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(getPositionEncoding(e, n + 1)).float()),
-     "swapped_arguments"),
-    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(getPositionEncoding(e, n + 1)).float().T),
-     "swapped_arguments"),
-    # with chapter 2's own loop version (an odd width leaves the last column 0), the transposed table fits
-    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(S.getPositionEncoding(e, n + 1)).float().T),
-     says("the table of positions")),
-    ("q4", _q4(add=lambda self, x: x + self.learnable_positions + self.sinusoids_positions), "both_positions"),
-    ("q4", _q4(add=_cls_without_position), "cls_without_position"),
-    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(getPositionEncoding(n + 1, e, p)).float()),
-     "base_not_default"),
-    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(getPositionEncoding(n + 2, e)[1:]).float()),
-     "positions_from_one"),
-    ("q4", type("PatchEmbedding", (_Embed,), {"forward": _before_cls_forward,
-                                              "table": lambda self, n, e, p: torch.from_numpy(
-                                                  getPositionEncoding(n, e)).float()}), "positions_before_cls"),
-    ("q4", type("PatchEmbedding", (_Embed,), {"forward": lambda self, x: self.add_positions(torch.cat(
-        [self.projection(x), repeat(self.cls_token, "() n e -> b n e", b=x.shape[0])], dim=1))}), "cls_at_end"),
-]
-
-
-# =========================================================================== conv_patch_embedding
-class _Conv(nn.Module):
-    def __init__(self, in_channels, patch_size, emb_size):
-        super().__init__()
-        self.proj = nn.Conv2d(in_channels, emb_size, kernel_size=patch_size, stride=patch_size)
-
-
-@right("conv_patch_embedding")
-class ConvPermute(_Conv):
-    def forward(self, images):
-        grid = self.proj(images)
-        b, e, h, w = grid.shape
-        return grid.permute(0, 2, 3, 1).reshape(b, h * w, e)
-
-
-@right("conv_patch_embedding")
-class ConvView(nn.Module):
-    def __init__(self, in_channels, patch_size, emb_size):
-        super().__init__()
-        self.patcher = nn.Conv2d(in_channels, emb_size, patch_size, patch_size)
-
-    def forward(self, images):
-        out = self.patcher(images)
-        return out.view(out.shape[0], out.shape[1], -1).permute(0, 2, 1)
-
-
-@right("conv_patch_embedding")
-class ConvSequential(nn.Module):
-    def __init__(self, in_channels, patch_size, emb_size):
-        super().__init__()
-        self.embed = nn.Sequential(nn.Conv2d(in_channels, emb_size, patch_size, stride=patch_size),
-                                   Rearrange("b e gh gw -> b (gh gw) e"))
-
-    def forward(self, images):
-        return self.embed(images)
-
-
-def _conv(flatten, **conv):
-    class ConvPatchEmbedding(nn.Module):
-        def __init__(self, in_channels, patch_size, emb_size):
-            super().__init__()
-            options = {"kernel_size": patch_size, "stride": patch_size, **conv}
-            if options.pop("swap", False):
-                in_channels, emb_size = emb_size, in_channels
-            if options.get("stride") == "default":
-                del options["stride"]
-            self.proj = nn.Conv2d(in_channels, emb_size, **options)
-
-        def forward(self, images):
-            return flatten(self.proj(images))
-    return ConvPatchEmbedding
-
-
-def _rows(grid):
-    return rearrange(grid, "b e h w -> b (h w) e")
-
-
-WRONG += [
-    ("conv_patch_embedding", _conv(_rows, stride="default"), "stride_one"),
-    ("conv_patch_embedding", _conv(lambda g: rearrange(g, "b e h w -> b (w h) e")), "column_order"),
-    ("conv_patch_embedding", _conv(lambda g: rearrange(g, "b e w h -> b (h w) e")), "column_order"),
-    ("conv_patch_embedding", _conv(lambda g: g.flatten(2)), "channels_not_last"),
-    ("conv_patch_embedding", _conv(lambda g: g.reshape(g.shape[0], -1, g.shape[1])), "reshape_no_permute"),
-    ("conv_patch_embedding", _conv(_rows, bias=False), "no_bias"),
-    ("conv_patch_embedding", _conv(_rows, swap=True), "conv_channels_swapped"),
-    ("conv_patch_embedding", _conv(lambda g: _rows(g).detach()), says("does not depend differentiably")),
-    ("conv_patch_embedding", _conv(lambda g: _rows(g).float()), says("float32 although the inputs")),
-]
 
 
 @right("q7")
@@ -818,4 +627,4 @@ class ResidualDetachedBranch(_Residual):
         return x + self.fn(x.detach(), **kwargs)
 
 
-WRONG.append(("q7", _ffn("up", "gelu", "drop", "down", "drop"), says("In training mode with drop_p=1.0")))
+wrong_rows([("q7", _ffn("up", "gelu", "drop", "down", "drop"), says("In training mode with drop_p=1.0"))])

@@ -1,0 +1,226 @@
+"""Answer banks of Chapter 2 (positional encoding): q1.
+
+Variants, realistic right answers and realistic wrong answers, each with how the check must
+name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
+hand as students write them, not with the catalogue's builders; the building blocks they use are the
+course's solutions (solutions.py) or the code the notebooks give (given.py).
+"""
+import math
+
+import numpy as np
+import torch
+
+from .bank import right, says, variant, wrong, wrong_list, wrong_rows
+
+# ####################################################################################################
+# variants: other correct formulations (moved from tests/answers/variants.py)
+# ----------------------------------------------------------------- q1
+@variant("q1")
+def pe_vectorised(seq_len, d, n=10000):
+    k = np.arange(seq_len)[:, None]
+    i = np.arange(d // 2)[None, :]
+    angles = k / n ** (2 * i / d)
+    P = np.zeros((seq_len, d))
+    P[:, 0::2] = np.sin(angles)
+    P[:, 1::2] = np.cos(angles)
+    return P
+
+
+@variant("q1")
+def pe_torch(seq_len, d, n=10000):
+    position = torch.arange(seq_len, dtype=torch.float32).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d, 2, dtype=torch.float32) * (-math.log(n) / d))
+    pe = torch.zeros(seq_len, d)
+    pe[:, 0::2] = torch.sin(position * div_term)
+    pe[:, 1::2] = torch.cos(position * div_term)
+    return pe
+
+
+@variant("q1")
+def pe_math(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in range(d // 2):
+            P[k, 2 * i] = math.sin(k / n ** (2 * i / d))
+            P[k, 2 * i + 1] = math.cos(k / n ** (2 * i / d))
+    return P
+
+
+# ####################################################################################################
+# realistic answers (first set) (moved from tests/answers/realistic_ch01_04.py)
+# =============================================================================== q1
+@right("q1")
+def pe_exp_log(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d / 2)):
+            denominator = np.exp(2 * i / d * np.log(n))
+            P[k, 2 * i] = np.sin(k / denominator)
+            P[k, 2 * i + 1] = np.cos(k / denominator)
+    return P
+
+
+@right("q1")
+def pe_outer(seq_len, d, n=10000):
+    angles = np.outer(np.arange(seq_len), 1.0 / n ** (np.arange(0, d, 2) / d))
+    return np.stack([np.sin(angles), np.cos(angles)], axis=-1).reshape(seq_len, d)
+
+
+@right("q1")
+def pe_torch_float64(seq_len, d, n=10000):
+    k = torch.arange(seq_len, dtype=torch.float64)[:, None]
+    two_i = torch.arange(0, d, 2, dtype=torch.float64)
+    P = torch.zeros(seq_len, d, dtype=torch.float64)
+    P[:, 0::2] = torch.sin(k / n ** (two_i / d))
+    P[:, 1::2] = torch.cos(k / n ** (two_i / d))
+    return P
+
+
+def _pe_loops(angle, sin_col=lambda i: 2 * i, cos_col=lambda i: 2 * i + 1, first=np.sin, second=np.cos,
+              start=0):
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(start, seq_len + start):
+            for i in range(d // 2):
+                P[k - start, sin_col(i)] = first(angle(k, i, d, n, seq_len))
+                P[k - start, cos_col(i)] = second(angle(k, i, d, n, seq_len))
+        return P
+    return getPositionEncoding
+
+
+wrong_rows([
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i / d), first=np.cos, second=np.sin), "sin_cos_swapped"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i / d), start=1), "positions_from_one"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / 100 ** (2 * i / d)), "n_hardcoded_100"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / 10000 ** (2 * i / d)), "n_hardcoded"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (i / d)), "exponent_i_over_d"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i / d), cos_col=lambda i: i + 1, sin_col=lambda i: i),
+     "index_i"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** 2 * i / d), "precedence_position"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i / L)), "exponent_seq_len"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k / n ** (2 * i // d)), "integer_division"),
+    ("q1", _pe_loops(lambda k, i, d, n, L: k * n ** (2 * i / d)), "multiplied"),
+])
+
+
+@wrong("q1", "halves")
+def pe_halves(seq_len, d, n=10000):
+    angles = np.arange(seq_len)[:, None] / n ** (2 * np.arange(d // 2) / d)
+    return np.concatenate([np.sin(angles), np.cos(angles)], axis=1)
+
+
+@wrong("q1", "exponent_doubled_twice")
+def pe_arange_step_two(seq_len, d, n=10000):
+    i = np.arange(0, d, 2)                    # already 2i
+    angles = np.arange(seq_len)[:, None] / n ** (2 * i / d)
+    P = np.zeros((seq_len, d))
+    P[:, 0::2], P[:, 1::2] = np.sin(angles), np.cos(angles)
+    return P
+
+
+@wrong("q1", "sin_before_division")
+def pe_sin_k(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d / 2)):
+            denominator = np.power(n, 2 * i / d)
+            P[k, 2 * i] = np.sin(k) / denominator
+            P[k, 2 * i + 1] = np.cos(k) / denominator
+    return P
+
+
+@wrong("q1", says("the first pair (columns 0 and 1)"))
+def pe_pairs_from_one(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in range(d // 2):
+            P[k, 2 * i] = np.sin(k / n ** (2 * (i + 1) / d))
+            P[k, 2 * i + 1] = np.cos(k / n ** (2 * (i + 1) / d))
+    return P
+
+
+@wrong("q1", says("the sine and the cosine of one angle"))
+def pe_cos_squared(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in range(d // 2):
+            P[k, 2 * i] = np.sin(k / n ** (2 * i / d))
+            P[k, 2 * i + 1] = np.cos(k / n ** (2 * i / d)) ** 2
+    return P
+
+
+@wrong("q1", says("row 0 should be 0 in the even columns"))
+def pe_positions_from_two(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(1, seq_len + 1):
+        for i in np.arange(int(d / 2)):
+            denominator = np.power(n, 2 * i / d)
+            P[k - 1, 2 * i] = np.sin((k + 1) / denominator)
+            P[k - 1, 2 * i + 1] = np.cos((k + 1) / denominator)
+    return P
+
+
+# ####################################################################################################
+# realistic answers, second set: first written for a parallel implementation of these checks
+# (moved from tests/answers/realistic_ch01_04_b.py)
+# =============================================================================== 02 q1
+@right("q1")
+def pe_cos_as_shifted_sin(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d / 2)):
+            angle = k / n ** (2 * i / d)
+            P[k, 2 * i] = np.sin(angle)
+            P[k, 2 * i + 1] = np.sin(angle + np.pi / 2)
+    return P
+
+
+@right("q1")
+def pe_exp_log_2(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d / 2)):
+            denominator = np.exp(2 * i / d * np.log(n))
+            P[k, 2 * i] = np.sin(k / denominator)
+            P[k, 2 * i + 1] = np.cos(k / denominator)
+    return P
+
+
+def _pe(angle, first=np.sin, second=np.cos, start=0):
+    def getPositionEncoding(seq_len, d, n=10000):
+        P = np.zeros((seq_len, d))
+        for k in range(seq_len):
+            for i in np.arange(int(d / 2)):
+                a = angle(k + start, i, d, n)
+                P[k, 2 * i] = first(a)
+                P[k, 2 * i + 1] = second(a)
+        return P
+    return getPositionEncoding
+
+
+wrong_list("q1", [
+    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), np.cos, np.sin), "sin_cos_swapped"),
+    (_pe(lambda k, i, d, n: k / n ** (i / d)), "exponent_i_over_d"),
+    (_pe(lambda k, i, d, n: k / 10000 ** (2 * i / d)), "n_hardcoded"),
+    (_pe(lambda k, i, d, n: k / n ** 2 * i / d), "precedence_position"),
+    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), start=1), "positions_from_one"),
+    (_pe(lambda k, i, d, n: k * n ** (2 * i / d)), "multiplied"),
+    (_pe(lambda k, i, d, n: k / n ** (2 * i // d)), "integer_division"),
+    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), np.sin, np.sin), "sin_only"),
+    # not catalogued: the property is named by the diagnosis
+    (_pe(lambda k, i, d, n: k / n ** (2 * (i + 1) / d)), says("the first pair")),
+    (_pe(lambda k, i, d, n: k / 100 ** (2 * i / d)), "n_hardcoded_100"),
+    (_pe(lambda k, i, d, n: k / n ** (2 * i / d), np.sin, lambda a: np.cos(a) ** 2),
+     says("the sine and the cosine of one angle")),
+])
+
+
+@wrong("q1", says("positions start at 0"))
+def pe_shifted_rows(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(1, seq_len + 1):
+        for i in np.arange(int(d / 2)):
+            denominator = np.power(n, 2 * i / d)
+            P[k - 1, 2 * i] = np.sin((k + 1) / denominator)
+            P[k - 1, 2 * i + 1] = np.cos((k + 1) / denominator)
+    return P

@@ -1,0 +1,128 @@
+"""Every question's answer bank, run once: discovered from ``autograder.questions()``.
+
+A bank (tests/answers/chNN_<chapter>.py; the schema in tests/answers/bank.py) holds a question's
+variants, realistic right answers and realistic wrong answers, each wrong one with how the
+check must name it. Here: the solution (tests/answers/solutions.py) passes with full marks and
+``autograder.grade`` accepts it; every variant and right answer passes with full marks; every
+wrong answer scores 0 and is named as its bank says (each one, no rate); every question has a
+bank with at least MIN_WRONG wrong answers, in its chapter's file, except the questions NO_BANK
+names with the reason. Each answer is checked by exactly one test.
+"""
+from __future__ import annotations
+
+import sys
+from collections import Counter
+
+import pytest
+
+import autograder
+from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
+from answers.bank import HERE, MIN_WRONG, Says, answer_name, chapter_file, load, named
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+QUESTIONS = autograder.questions()
+BANKS = load()
+
+
+def _no_bank_reason(q) -> str | None:
+    if q.seconds:
+        return ("graded by a training run (about a minute per check): tests/test_training_question.py tests "
+                "its solution, its verdicts and its mistakes")
+    if q.kind == "value":
+        return ("answered with a number: its realistic wrong numbers are its catalogue's entries, each checked to "
+                "be named with its hint by tests/test_exercises_new.py::test_catalogued_values_are_named_with_a_hint")
+    return None
+
+
+NO_BANK = {q.id: reason for q in QUESTIONS if (reason := _no_bank_reason(q))}
+BANKED = [q for q in QUESTIONS if q.id not in NO_BANK]
+CHAPTER = {q.id: q.chapter for q in QUESTIONS}
+
+
+def _ids(rows) -> list[str]:
+    seen: Counter = Counter()
+    out = []
+    for row in rows:
+        base = f"{row[0]}-{answer_name(row[1])}"
+        seen[base] += 1
+        out.append(base if seen[base] == 1 else f"{base}-{seen[base]}")
+    return out
+
+
+# every (qid, answer[, expected]) of the banks of known questions; unknown ids fail below
+CORRECT = [(qid, a) for qid, b in BANKS.items() if qid in CHAPTER for a in [*b.variants, *b.right]]
+WRONG = [(qid, a, e) for qid, b in BANKS.items() if qid in CHAPTER for a, e in b.wrong]
+
+
+# --------------------------------------------------------------------------- every question has a bank
+
+@pytest.mark.parametrize("qid", [q.id for q in BANKED])
+def test_every_question_has_a_bank_in_its_chapter_file(qid):
+    where = chapter_file(CHAPTER[qid])
+    bank = BANKS.get(qid)
+    assert bank is not None, (f"{qid} has no answer bank: add its other correct formulations (@variant({qid!r})) "
+                              f"and >= {MIN_WRONG} realistic wrong answers (@wrong({qid!r}, <catalogue key or "
+                              f"says('words')>)) to {where} (the schema: tests/answers/bank.py)")
+    assert len(bank.wrong) >= MIN_WRONG, (f"{qid} has {len(bank.wrong)} realistic wrong answers: add "
+                                          f">= {MIN_WRONG - len(bank.wrong)} more to {where} with "
+                                          f"@wrong({qid!r}, <catalogue key or says('words')>)")
+    assert bank.variants or bank.right, f"add another correct formulation of {qid} to {where} with @variant({qid!r})"
+    module = "answers." + where.rsplit("/", 1)[1].removesuffix(".py")
+    elsewhere = sorted(m for m in bank.modules if m.split(".")[-1] != module.split(".")[-1])
+    assert not elsewhere, f"{qid}'s answers are registered in {elsewhere}: move them to {where}"
+
+
+def test_every_chapter_file_is_loaded():
+    files = sorted(p.stem for p in HERE.glob("ch[0-9][0-9]_*.py"))
+    loaded = {name.rsplit(".", 1)[-1] for name in sys.modules if name.rsplit(".", 1)[0].endswith("answers")}
+    missing = [f for f in files if f not in loaded]
+    assert not missing, f"tests/answers/{missing[0]}.py is not imported: add it to load() in tests/answers/bank.py"
+
+
+def test_banks_are_for_known_questions_only():
+    unknown = sorted(set(BANKS) - set(CHAPTER))
+    assert not unknown, f"answer banks for questions that do not exist: {unknown}"
+    banked_anyway = sorted(set(BANKS) & set(NO_BANK))
+    assert not banked_anyway, f"{banked_anyway} are in NO_BANK but have banks: take them out of NO_BANK"
+
+
+def test_every_question_has_a_solution():
+    assert set(S.ANSWERS) == set(CHAPTER), "tests/answers/solutions.py's ANSWERS needs one entry per question"
+
+
+# --------------------------------------------------------------------------- the answers
+
+@pytest.mark.parametrize("qid", [q.id for q in QUESTIONS if not q.seconds])
+def test_solution_passes(qid):
+    result = autograder.check(qid, S.ANSWERS[qid])
+    assert result.passed, result.feedback
+    assert result.score == result.max_score == autograder.question(qid).points
+    assert autograder.grade(qid, S.ANSWERS[qid]).passed
+
+
+@pytest.mark.parametrize("qid, answer", CORRECT, ids=_ids(CORRECT))
+def test_correct_answer_passes(qid, answer):
+    result = autograder.check(qid, answer)
+    assert result.passed, f"{qid}: the correct answer {answer_name(answer)} failed: {result.feedback}"
+    assert result.score == result.max_score
+
+
+@pytest.mark.parametrize("qid, answer, expected", WRONG, ids=_ids(WRONG))
+def test_wrong_answer_is_rejected_and_named(qid, answer, expected):
+    result = autograder.check(qid, answer)
+    assert not result.passed, f"{qid}: a wrong answer ({expected}) passed: {result.feedback}"
+    assert result.score == 0
+    assert named(result, expected), f"expected {expected}, got mistake={result.mistake!r}: {result.feedback}"
+    assert "On input" in result.feedback or "Not accepted" in result.feedback, result.feedback
+
+
+def test_named_reads_keys_words_and_both():
+    """The matcher the wrong-answer test relies on: a key must equal result.mistake, words must be
+    in the feedback (case ignored), and a tuple needs every part."""
+    class Result:
+        mistake, feedback = "no_bias", "On input x: the layer has No Bias."
+
+    assert named(Result, "no_bias") and not named(Result, "relu")
+    assert named(Result, Says("no bias")) and not named(Result, Says("has a bias"))
+    assert named(Result, ("no_bias", Says("On input"))) and not named(Result, ("no_bias", Says("eval mode")))
