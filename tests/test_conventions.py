@@ -300,3 +300,25 @@ def test_the_exercise_notebook_follows_its_solutions_notebook(name):
             if not copy.source.startswith(visible):
                 differ.append(mine.get("id"))
     assert not differ, f"{fix} (cells {differ} differ)"
+
+
+def test_a_question_cannot_forbid_an_undeclared_key():
+    """``expand`` skips unknown keys, so a typo in ``forbidden`` would forbid nothing: ``register``
+    refuses it and says where the key is declared."""
+    from autograder.questions.base import Question, register, registry
+
+    typo = Question("rmsnorm_typo", "05_blocks", "RMSNorm", 2, "RMSNorm", "class", cases=(),
+                    run_case=lambda answer, case, recorder: None, forbidden=("rms_nrom",))
+    with pytest.raises(ValueError, match=r"forbid\(key, what, why"):
+        register(typo)
+    assert "rmsnorm_typo" not in registry()
+
+
+def test_a_forbidden_key_is_declared_once_with_its_own_message():
+    """Redeclaring a key would replace the message every other question's students read."""
+    from autograder.questions.forbidden import FORBIDDEN, forbid
+
+    before = FORBIDDEN["layer_norm"]
+    with pytest.raises(ValueError, match="declared twice"):
+        forbid("layer_norm", "F.rms_norm", "compute the root mean square", attrs=frozenset({"rms_norm"}))
+    assert FORBIDDEN["layer_norm"] is before

@@ -104,7 +104,7 @@ UNDO_SCRIPT = r'''
 import warnings
 import torch, torch.nn.functional as F
 from autograder.student.ban import install
-from autograder.student.forbidden import FORBIDDEN
+from autograder.questions.forbidden import FORBIDDEN
 
 x = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)
 

@@ -54,7 +54,7 @@ def ban_groups(qids: list[str]) -> list[tuple[tuple[str, ...], list[str]]]:
     and every cell again). Its answer is probed there under a ban it does not have;
     :func:`run_submission` runs it again without any ban when that ban got in its way."""
     from ..questions import question
-    from ..student.forbidden import FORBIDDEN
+    from ..questions.forbidden import FORBIDDEN
 
     groups: dict[tuple[str, ...], list[str]] = {}
     free: list[str] = []

@@ -10,7 +10,7 @@
   a score (the ban in the student's process and the grader's own computation decide it);
   they are reported to the instructor in the feedback and the class report.
 
-What is forbidden per exercise is :data:`autograder.student.forbidden.FORBIDDEN`.
+What is forbidden per exercise is :data:`autograder.questions.forbidden.FORBIDDEN`.
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ import tokenize
 import types
 from dataclasses import dataclass
 
-from ..student.forbidden import FORBIDDEN, expand
+from ..questions.forbidden import FORBIDDEN, expand
 
 VITREF_MESSAGE = ("uses vitref, the course's reference implementation: answers must be your own code "
                   "(vitref is not available when your notebook is graded)")

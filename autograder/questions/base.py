@@ -39,6 +39,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from .forbidden import FORBIDDEN
+
 
 @dataclass(frozen=True)
 class Case:
@@ -60,7 +62,7 @@ class Question:
     kind: str                                  # "function", "class" or "value" (a plain number)
     cases: Sequence[Case]
     run_case: Callable[[Any, Case, Any], None]  # (answer, case, recorder): probe and judge share it
-    forbidden: tuple[str, ...] = ()            # keys of autograder.student.forbidden.FORBIDDEN
+    forbidden: tuple[str, ...] = ()            # keys of autograder.questions.forbidden.FORBIDDEN
     outputs: Mapping[str, str] = field(default_factory=dict)  # output name -> shape in words, e.g. "(B, T, d_v)"
     # wall-clock seconds its probe may take (a training question), added to the submission's
     # budget; 0: the usual per-answer limit
@@ -76,6 +78,11 @@ _REGISTRY: dict[str, Question] = {}
 def register(question: Question) -> Question:
     if question.id in _REGISTRY:
         raise ValueError(f"duplicate question id {question.id!r}")
+    unknown = [key for key in question.forbidden if key not in FORBIDDEN]
+    if unknown:      # expand() skips unknown keys: a typo here would forbid nothing
+        raise ValueError(f"question {question.id!r} forbids unknown key(s) {unknown}: declare each with "
+                         f"forbid(key, what, why, attrs=...) above the question in its chapter module "
+                         f"(see autograder/questions/forbidden.py), or use a key declared there")
     _REGISTRY[question.id] = question
     return question
 

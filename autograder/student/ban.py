@@ -1,6 +1,6 @@
 """Removing what an exercise forbids from the student's process, before the answer runs.
 
-:func:`install` disables, for the keys of :data:`autograder.student.forbidden.FORBIDDEN`:
+:func:`install` disables, for the keys of :data:`autograder.questions.forbidden.FORBIDDEN`:
 
 * the ATen operators, at PyTorch's dispatcher: a kernel that raises :class:`ForbiddenCall`
   is registered for the CPU, autograd, sparse and composite keys. Every Python route to the
@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import sys
 
-from .forbidden import FORBIDDEN, expand
+from ..questions.forbidden import FORBIDDEN, expand
 
 # Every key an operator's kernel can live at: a kernel left at any one of them is a way to
 # the library function (a nested tensor reaches NestedTensorCPU, a GPU tensor CUDA...).

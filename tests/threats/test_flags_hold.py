@@ -30,7 +30,7 @@ import pytest
 import autograder
 from autograder.judging.scan import flags, scan_source
 from autograder.student.cells import code_cells
-from autograder.student.forbidden import FORBIDDEN, expand
+from autograder.questions.forbidden import FORBIDDEN, expand
 
 import grading_students as S
 

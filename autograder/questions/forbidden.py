@@ -1,6 +1,13 @@
 """What each exercise forbids, as plain data: shared by the ban (:mod:`autograder.student.ban`,
 which removes these entry points in the student's process before an answer is probed) and
-the grader's static scan of the notebook (:mod:`autograder.judging.scan`)."""
+the grader's static scan of the notebook (:mod:`autograder.judging.scan`).
+
+The keys shared by several questions (softmax, layer_norm, ...) are declared here. A key that
+belongs to one new question is declared next to that question, in its chapter module, with
+:func:`forbid` (importing :mod:`autograder.questions` registers every chapter, so the table is
+complete before the ban or the scan reads it). The feedback text (``what``, ``why``) belongs to
+the key: a question that forbids another library call needs its own key with its own message,
+never a reused one whose text speaks of another operation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -73,12 +80,17 @@ _CATEGORICAL = ("torch.distributions.categorical:Categorical.__init__",
 FORBIDDEN: dict[str, Forbidden] = {}
 
 
-def _forbid(*args, **kwargs) -> None:
+def forbid(*args, **kwargs) -> Forbidden:
+    """Declare a forbidden key (the fields of :class:`Forbidden`); a key is declared once."""
     entry = Forbidden(*args, **kwargs)
+    if entry.key in FORBIDDEN:
+        raise ValueError(f"forbidden key {entry.key!r} is declared twice: give the new one its own key "
+                         f"(its message is its own) or reuse {entry.key!r} without declaring it")
     FORBIDDEN[entry.key] = entry
+    return entry
 
 
-_forbid(
+forbid(
     "softmax", "a library softmax (torch.softmax, F.softmax, Tensor.softmax, nn.Softmax, log_softmax)",
     "this exercise asks you to write softmax yourself from exp, max and sum",
     attrs=_SOFTMAX_NAMES,
@@ -87,7 +99,7 @@ _forbid(
            "special_log_softmax", "_safe_softmax", "_masked_softmax"),
     also=("categorical",),
 )
-_forbid(
+forbid(
     "attention", "PyTorch's built-in attention (F.scaled_dot_product_attention, nn.MultiheadAttention, "
     "its quantizable and quantized copies in torch.ao, flex_attention, the Transformer layers)",
     "this exercise asks you to compute the attention scores, softmax and weighted sum yourself",
@@ -122,7 +134,7 @@ _forbid(
     scrub=("scaled_dot_product_attention", "_scaled_dot_product_attention_math",
            "_scaled_dot_product_flash_attention_for_cpu", "multi_head_attention_forward"),
 )
-_forbid(
+forbid(
     "layer_norm", "PyTorch's LayerNorm (nn.LayerNorm, F.layer_norm, RMSNorm, GroupNorm, their torch.ao copies)",
     "this exercise asks you to compute the mean, the variance and the normalisation yourself",
     attrs=frozenset({"LayerNorm", "layer_norm", "native_layer_norm", "RMSNorm", "rms_norm", "_fused_rms_norm",
@@ -133,7 +145,7 @@ _forbid(
     scrub=("layer_norm", "native_layer_norm", "group_norm", "native_group_norm", "rms_norm", "_normalize"),
     also=("batch_norm",),
 )
-_forbid(
+forbid(
     "batch_norm", "PyTorch's batch or instance normalisation (F.batch_norm, nn.BatchNorm1d, F.instance_norm, "
     "nn.InstanceNorm1d...), a layer norm over a reshaped input",
     "this exercise asks you to compute the mean, the variance and the normalisation yourself",
@@ -159,7 +171,7 @@ _forbid(
           "quantized::batch_norm_relu", "quantized::batch_norm1d_relu", "quantized::batch_norm2d_relu",
           "quantized::batch_norm3d_relu"),
 )
-_forbid(
+forbid(
     "cross_entropy", "PyTorch's cross-entropy or log-softmax (F.cross_entropy, nn.CrossEntropyLoss, "
     "F.nll_loss, F.linear_cross_entropy, nn.AdaptiveLogSoftmaxWithLoss, F.log_softmax, a library softmax)",
     "this exercise asks you to write the log-softmax, the pick of the target class and the mean yourself",
@@ -176,7 +188,7 @@ _forbid(
            "_log_softmax", "special_log_softmax", "special_softmax", "_safe_softmax", "_nll_loss_nd"),
     also=("categorical",),
 )
-_forbid(
+forbid(
     "categorical", "torch.distributions' categorical family (Categorical, OneHotCategorical, Multinomial, "
     "RelaxedOneHotCategorical, MixtureSameFamily: they normalise logits with a library log-softmax; "
     ".probs is a softmax, .log_prob a cross-entropy term) or its SoftmaxTransform",
@@ -186,7 +198,7 @@ _forbid(
                      "logits_to_probs", "probs_to_logits", "SoftmaxTransform"}),
     python=_CATEGORICAL,
 )
-_forbid(
+forbid(
     "embedding", "PyTorch's embedding lookup (F.embedding, nn.Embedding, their torch.ao copies)",
     "this exercise asks you to do the lookup yourself: a one-hot matrix times W",
     attrs=frozenset({"embedding", "Embedding", "embedding_bag", "EmbeddingBag", "_embedding_bag",
