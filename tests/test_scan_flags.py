@@ -105,7 +105,30 @@ HOSTILE = {
 
 
 def test_every_kind_has_hostile_snippets():
-    assert set(HOSTILE) == set(FLAG_KINDS)
+    assert set(HOSTILE) == set(FLAG_KINDS) - {"scan-failed"}     # scan-failed: the scan's own failure, below
+
+
+def test_a_scan_that_fails_holds_the_grade_for_review(monkeypatch):
+    """Fail closed: when the static scan raises, the notebook is held for an instructor, never
+    graded as if nothing had been found (the automatic score is still computed)."""
+    from autograder.hosts.driver import Outcome
+    from autograder.judging import judge, scan
+
+    def broken(*args, **kwargs):
+        raise RecursionError("maximum recursion depth exceeded")
+
+    monkeypatch.setattr(scan, "flags", broken)
+    held = scan.flags_or_hold(["x = 1"])
+    assert [f.kind for f in held] == ["scan-failed"] and "RecursionError" in held[0].text()
+    result = judge.judge_outcome(autograder.question("softmax"), Outcome(), cells=["x = 1"])
+    assert [h["flag"] for h in result.held] == ["scan-failed"]
+    assert held_reason(result.held) == "held for review: scan-failed, the whole notebook"
+
+    monkeypatch.setattr(judge, "scan_source", broken)       # the forbidden-call scan of one answer
+    probe = {"data": {}, "run": 1}
+    result = judge.judge_outcome(autograder.question("softmax"), Outcome(probes={"softmax": probe}),
+                                 cells=["x = 1"], flags=[])
+    assert [h["flag"] for h in result.held] == ["scan-failed"]
 
 
 @pytest.mark.parametrize("kind, snippet", [(k, s) for k, snippets in HOSTILE.items() for s in snippets],

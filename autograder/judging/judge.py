@@ -30,7 +30,7 @@ from .messages import outputs_equal
 from .model import Result
 from .params import AlignmentError, TamperError, student_params
 from .scan import describe as describe_shortcut
-from .scan import flags as scan_flags
+from .scan import flags_or_hold, scan_failure
 from .scan import holds, scan_source
 from .variants import MAX_CANDIDATES, NoMoreCandidates, reference_outputs, run_variant
 
@@ -262,10 +262,7 @@ def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> 
     stays in the result, with ``held`` naming the flags (see :func:`autograder.judging.scan.holds`)."""
     points = float(question.points)
     if flags is None:
-        try:
-            flags = scan_flags(cells)
-        except Exception:  # noqa: BLE001 - a scan that fails holds nothing; the score is still computed
-            flags = []
+        flags = flags_or_hold(cells)         # a scan that fails holds the grade for review
     got = outcome.probes.get(question.id)
     if got is None:
         result = Result(question.id, False, 0.0, points, outcome.missing_reason(question))
@@ -274,8 +271,9 @@ def judge_outcome(question: Question, outcome, cells: list[str], flags=None) -> 
     else:
         try:
             hits = scan_source(cells, question.answer_name, question.forbidden)
-        except Exception:  # noqa: BLE001 - the scan must never block a grade
+        except Exception as error:  # noqa: BLE001 - the score is still computed, the grade held for review
             hits = []
+            flags = [*flags, scan_failure(error)]
         try:
             # the inputs of the run that produced this result (each run draws its own)
             source = got.get("source") or recipes.current()

@@ -429,6 +429,8 @@ FLAG_KINDS = {
     "signal": "changes signal handling (signal)",
     "embedded-data": "embeds a large amount of data in its source (long string, bytes or integer literals, "
                      "long comments, long lists of numbers: e.g. weights trained elsewhere or a copy of a data set)",
+    "scan-failed": "could not be scanned (the grader's static scan raised an error on it): what the scan "
+                   "would have found is unknown, so an instructor reads it",
 }
 
 #: The most data an honest notebook holds outside its code: characters of string and bytes
@@ -458,7 +460,7 @@ class Flag:
 
     @property
     def where(self) -> str:
-        return f"cell {self.cell}, line {self.line}"
+        return f"cell {self.cell}, line {self.line}" if self.cell else "the whole notebook"
 
     def text(self) -> str:
         return f"{self.what} ({self.where}: {self.snippet})"
@@ -625,6 +627,20 @@ def _bound_by_notebook(trees) -> set[str]:
 
 def _string_value(node) -> str | None:
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def scan_failure(error: BaseException) -> Flag:
+    """The flag of a notebook the scan could not read: a scan that fails must hold the grade for
+    review (fail closed), never let it through as "nothing found"."""
+    return Flag("scan-failed", 0, 0, f"{type(error).__name__}: {str(error)[:160]}")
+
+
+def flags_or_hold(cells: list[str]) -> list[Flag]:
+    """:func:`flags`, or one ``scan-failed`` flag when the scan itself raises."""
+    try:
+        return flags(cells)
+    except Exception as error:  # noqa: BLE001 - any failure of the scan holds the submission for review
+        return [scan_failure(error)]
 
 
 def flags(cells: list[str]) -> list[Flag]:
