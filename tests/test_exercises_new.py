@@ -7,7 +7,6 @@ catalogued) named; the value questions never give their value away.
 """
 from __future__ import annotations
 
-import ast
 import math
 import re
 from pathlib import Path
@@ -415,49 +414,7 @@ def _sections(name):
     return found
 
 
-@pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_every_question_has_two_collapsible_hints_after_its_text(name):
-    sections = _sections(name)
-    assert sections
-    for qid, markdown, _answer in sections:
-        assert len(markdown) >= 2, f"{name}/{qid}: the question text, then a hint cell"
-        hint = markdown[-1].source
-        assert hint.count("<details>") == 2 and hint.count("</details>") == 2, (name, qid)
-        assert hint.index("<summary>Hint 1</summary>") < hint.index("<summary>Hint 2</summary>"), (name, qid)
-        assert "\n\n" in hint.split("</summary>")[1], "a blank line after <summary> lets Markdown render inside"
-
-
-def _assigned(code: str) -> set[str]:
-    names = set()
-    for node in ast.walk(ast.parse(code)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(
-            node, (ast.AugAssign, ast.AnnAssign)) else []
-        for target in targets:       # x = ..., a, b = ...; not self.x = ... nor P[k] = ...
-            for sub in (target.elts if isinstance(target, (ast.Tuple, ast.List)) else [target]):
-                if isinstance(sub, ast.Name):
-                    names.add(sub.id)
-    return names
-
-
-@pytest.mark.parametrize("name", ASSIGNMENTS)
-def test_names_the_given_code_needs_are_said_before_the_answer_cell(name):
-    """A variable the answer must define (assigned inside the solution region, read by the
-    given code after it, or the value of a value question) is named in the markdown above."""
-    for qid, markdown, answer in _sections(name):
-        src = answer.source
-        begin, end = src.index("### BEGIN SOLUTION"), src.index("### END SOLUTION")
-        region = "\n".join(line.strip() for line in src[begin:end].splitlines()[1:])
-        try:
-            names = _assigned(region)
-        except SyntaxError:       # a region that is the body of an if/for: dedent failed, parse lines
-            names = set(re.findall(r"^\s*(\w+)\s*(?:,\s*\w+\s*)*=", src[begin:end], flags=re.MULTILINE))
-        after = src[end:].split("\n\n\n")[0]
-        needed = {n for n in names if re.search(rf"\b{n}\b", after)}
-        if autograder.question(qid).kind == "value":
-            needed.add(autograder.question(qid).answer_name)
-        text = "\n".join(c.source for c in markdown if "<summary>Hint" not in c.source)   # not only in a hint
-        missing = sorted(n for n in needed if f"`{n}`" not in text and f"`{n} " not in text)
-        assert not missing, f"{name}/{qid}: the question's text (not counting its hints) never names {missing}"
+# The hints and the names the given code reads: tests/test_conventions.py (with the fix in each message).
 
 
 @pytest.mark.parametrize("name, qid, scaffold", [
