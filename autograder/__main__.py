@@ -20,7 +20,7 @@ import sys
 
 def _check(args) -> int:
     import autograder
-    from .hosts.local import check_file, format_table
+    from .hosts.child_process import check_file, format_table
     from .student.cells import SubmissionError
 
     try:
