@@ -437,5 +437,5 @@ def test_lookup_table_passes_with_public_inputs():
 
     import autograder
     namespace = {"torch": torch, "np": np}
-    exec(S.lookup_softmax_source(), namespace)  # noqa: S102
+    exec(S.lookup_softmax_source(), namespace)  # noqa: S102 - the test's own attack source (grading_students)
     assert autograder.check("softmax", namespace["softmax"]).passed
