@@ -99,7 +99,6 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
     return int(m.group(1)), int(m.group(2))
 
 
-
 def run(args: argparse.Namespace) -> int:
     """The ``grade`` command: what to grade, the jobs that grade it, the class's files."""
     from autograder.batch import feedback, gradebook, report
