@@ -2,7 +2,7 @@
 
     python -m autograder check PATH [--question QID ...] [--json] [--timeout SECONDS]
     python -m autograder questions [--chapter CHAPTER] [--json]
-    python -m autograder grade ROOT ...        (batch grading, see autograder.batch)
+    python -m autograder grade ROOT ...        (batch grading, see autograder.batch.cli)
     python -m autograder export ROOT ...       (grades.csv, nbgrader CSV, report after grading)
     python -m autograder report ROOT           (ROOT/report.html from the saved results)
 
@@ -20,7 +20,7 @@ import sys
 
 def _check(args) -> int:
     import autograder
-    from .hosts.local import check_file, format_table
+    from .hosts.child_process import check_file, format_table
     from .student.cells import SubmissionError
 
     try:
@@ -85,7 +85,7 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "grade":
         try:
-            from .batch import main as grade_main  # batch grading (autograder/batch/)
+            from .batch.cli import main as grade_main  # batch grading (autograder/batch/)
         except ImportError as error:
             print(f"error: batch grading is not available ({error})", file=sys.stderr)
             return 2

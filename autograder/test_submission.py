@@ -11,7 +11,7 @@ def _answers(config):
 
 def pytest_generate_tests(metafunc):
     if "qid" in metafunc.fixturenames:
-        from autograder.hosts.local import default_questions
+        from autograder.hosts.child_process import default_questions
         from autograder.student.cells import SubmissionError
 
         path = _answers(metafunc.config)
@@ -26,12 +26,12 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def submission_results(request):
-    from autograder.hosts.local import check_file
+    from autograder.hosts.child_process import check_file
 
     path = _answers(request.config)
     qids = request.config.getoption("autograder_questions")
     if not qids:
-        from autograder.hosts.local import default_questions
+        from autograder.hosts.child_process import default_questions
         qids = default_questions(path)
     results = check_file(path, qids, timeout=request.config.getoption("answers_timeout"))
     return {r.id: r for r in results}

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import autograder
-from autograder.hosts.local import check_file, check_submission, format_table
+from autograder.hosts.child_process import check_file, check_submission, format_table
 from autograder.judging.model import Result
 from autograder.student.cells import SubmissionError
 

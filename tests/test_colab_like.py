@@ -161,7 +161,10 @@ def test_notebooks_are_the_chapters_exercises_and_solutions_in_that_order():
 
 def test_only_selects_by_label_name_number_or_kind():
     all_nb = cl.notebooks(PATHS)
-    labels = lambda names: [n.label for n in cl.select(all_nb, names)]  # noqa: E731
+
+    def labels(names):
+        return [n.label for n in cl.select(all_nb, names)]
+
     assert labels(None) == [n.label for n in all_nb]
     assert labels(["03"]) == ["exercises/03_attention", "solutions/03_attention"]
     assert labels(["01_tokens"]) == ["book/01_tokens", "solutions/01_tokens"]

@@ -354,7 +354,7 @@ class KVHeadsMerged(nn.Module):
         q, k, v = self.qkv(x).chunk(3, dim=-1)                                    # (B, T, E)
         if cache is not None:
             k, v = torch.cat([cache[0], k], 1), torch.cat([cache[1], v], 1)
-        split = lambda t: rearrange(t, "b t (h d) -> b h t d", h=self.num_heads)  # noqa: E731
+        split = lambda t: rearrange(t, "b t (h d) -> b h t d", h=self.num_heads)  # noqa: E731 - as a student writes it
         T, total = q.shape[1], k.shape[1]
         scores = split(q) @ split(k).transpose(-2, -1) / (q.shape[-1] // self.num_heads) ** 0.5
         scores = scores.masked_fill(~torch.ones(T, total, dtype=torch.bool).tril(total - T), -1e9)

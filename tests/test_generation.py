@@ -48,8 +48,8 @@ def reference_logits(model, tokens):
         attn = block.attn
         h = F.layer_norm(x, (x.shape[-1],), block.norm1.weight, block.norm1.bias)
         q, k, v = (h @ attn.qkv.weight.T + attn.qkv.bias).chunk(3, dim=-1)            # (T, D) each
-        split = lambda t: t.view(T, attn.num_heads, -1).transpose(0, 1)               # (h, T, d)  # noqa: E731
-        out = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
+        heads = [t.view(T, attn.num_heads, -1).transpose(0, 1) for t in (q, k, v)]    # (h, T, d) each
+        out = F.scaled_dot_product_attention(*heads, is_causal=True)
         out = out.transpose(0, 1).reshape(T, -1) @ attn.projection.weight.T + attn.projection.bias
         x = x + out
         h = F.layer_norm(x, (x.shape[-1],), block.norm2.weight, block.norm2.bias)

@@ -12,6 +12,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -25,69 +26,123 @@ POINTS = {"softmax": 1.0, "attention": 3.0, "attention_head": 2.0, "concept_mask
 TIMEOUT = 12
 
 
-def _attackers(root: Path) -> dict[str, dict[str, float]]:
-    """Write the batch; return {student: {qid: expected score}} for assignment A."""
-    full = dict(POINTS)
-    expect: dict[str, dict[str, float]] = {}
+FULL = dict(POINTS)
+ZERO = {q: 0.0 for q in POINTS}
 
-    def sol():
-        return S.load(A)
 
-    def only(qid, value=0.0):
-        return {**full, qid: value}
+def only(qid: str) -> dict[str, float]:
+    """Full marks except question ``qid``: the attack targets that question alone."""
+    return {**FULL, qid: 0.0}
 
-    # honest students, one of them without any test cell
-    S.write(sol(), root, "honest1", A)
-    expect["honest1"] = full
-    S.write(S.delete_test_cells(sol()), root, "honest_no_tests", A)
-    expect["honest_no_tests"] = full
-    S.write(S.load(B), root, "honest1", B)
 
-    # blank exercise
-    S.write(S.load(A, "exercises"), root, "blank", A)
-    expect["blank"] = {q: 0.0 for q in POINTS}
+# student -> (writes that student's notebook under ROOT, the expected score of each question of A)
+ATTACKERS: dict[str, tuple[Callable[[Path, str], None], dict[str, float]]] = {}
 
-    # an answer that raises
-    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
-        "        raise RuntimeError('boom')")), root, "crash", A)
-    expect["crash"] = only("attention_head")
 
-    # an answer that loops forever (the per-answer alarm stops it)
-    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
-        "        while True:\n            pass")), root, "hang_answer", A)
-    expect["hang_answer"] = only("attention_head")
+def attacker(expect: dict[str, float], student: str | None = None):
+    """Register ``write(root, student)`` for ``student`` (default: the function's name)."""
+    def register(write):
+        ATTACKERS[student or write.__name__] = (write, expect)
+        return write
+    return register
 
-    # an answer that loops forever with SIGALRM ignored: only the hard wall limit stops it
-    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
-        "        import signal\n        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
-        "        while True:\n            pass")), root, "hang_hard", A)
-    expect["hang_hard"] = only("attention_head")
 
-    # a notebook cell (not an answer) that loops forever: answers still graded
-    S.write(S.insert_cell(sol(), "while True:\n    pass"), root, "hang_cell", A)
-    expect["hang_cell"] = full
+def write_batch(root: Path) -> dict[str, dict[str, float]]:
+    """Write the batch under ROOT; return {student: {qid: expected score}} for assignment A."""
+    for student, (write, _) in ATTACKERS.items():
+        write(root, student)
+    return {student: expect for student, (_, expect) in ATTACKERS.items()}
 
-    # os._exit in a top-level cell (the notebook is run again without that cell)
-    S.write(S.insert_cell(sol(), "import os\nos._exit(0)"), root, "exit_cell", A)
-    expect["exit_cell"] = full
 
-    # os._exit inside one answer
-    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
-        "        import os\n        os._exit(3)")), root, "exit_answer", A)
-    expect["exit_answer"] = only("attention_head")
+def sol():
+    """The course's solution notebook of A (full marks)."""
+    return S.load(A)
 
-    # sys.exit in a cell and inside one answer
+
+def with_private_softmax():
+    """The solution, its attention calling a private softmax (so a wrong softmax costs only its own point)."""
+    return S.replace_definition(sol(), "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
+
+
+def head_forward(root: Path, student: str, body: str) -> None:
+    """The solution with AttentionHead.forward replaced by ``body``."""
+    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(body)), root, student, A)
+
+
+# ---- honest students, one of them without any test cell
+
+@attacker(FULL)
+def honest1(root, student):
+    S.write(sol(), root, student, A)
+    S.write(S.load(B), root, student, B)
+
+
+@attacker(FULL)
+def honest_no_tests(root, student):
+    S.write(S.delete_test_cells(sol()), root, student, A)
+
+
+# ---- a broken or missing answer
+
+@attacker(ZERO)
+def blank(root, student):
+    S.write(S.load(A, "exercises"), root, student, A)
+
+
+@attacker(only("attention_head"))
+def crash(root, student):
+    """An answer that raises."""
+    head_forward(root, student, "        raise RuntimeError('boom')")
+
+
+@attacker(only("attention_head"))
+def hang_answer(root, student):
+    """An answer that loops forever (the per-answer alarm stops it)."""
+    head_forward(root, student, "        while True:\n            pass")
+
+
+@attacker(only("attention_head"))
+def hang_hard(root, student):
+    """An answer that loops forever with SIGALRM ignored: only the hard wall limit stops it."""
+    head_forward(root, student, "        import signal\n        signal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+                                "        while True:\n            pass")
+
+
+@attacker(FULL)
+def hang_cell(root, student):
+    """A notebook cell (not an answer) that loops forever: answers still graded."""
+    S.write(S.insert_cell(sol(), "while True:\n    pass"), root, student, A)
+
+
+@attacker(FULL)
+def exit_cell(root, student):
+    """os._exit in a top-level cell (the notebook is run again without that cell)."""
+    S.write(S.insert_cell(sol(), "import os\nos._exit(0)"), root, student, A)
+
+
+@attacker(only("attention_head"))
+def exit_answer(root, student):
+    """os._exit inside one answer."""
+    head_forward(root, student, "        import os\n        os._exit(3)")
+
+
+@attacker(only("attention_head"))
+def sysexit(root, student):
+    """sys.exit in a cell and inside one answer."""
     nb = S.insert_cell(sol(), "import sys\nsys.exit(0)")
     S.write(S.replace_definition(nb, "AttentionHead", S.head_with_forward(
-        "        raise SystemExit(1)")), root, "sysexit", A)
-    expect["sysexit"] = only("attention_head")
+        "        raise SystemExit(1)")), root, student, A)
 
-    # kill every process it can see
-    S.write(S.insert_cell(sol(), "import os, signal\nos.kill(-1, signal.SIGKILL)"), root, "kill_all", A)
-    expect["kill_all"] = full
 
-    # a wrong softmax, with the comparison functions and the checker patched to say yes
-    patch = '''
+@attacker(FULL)
+def kill_all(root, student):
+    """Kill every process it can see."""
+    S.write(S.insert_cell(sol(), "import os, signal\nos.kill(-1, signal.SIGKILL)"), root, student, A)
+
+
+# ---- the verdict is computed outside the student's process
+
+PATCH_COMPARE = """
 import numpy as np, torch, autograder
 torch.allclose = lambda *a, **k: True
 torch.equal = lambda *a, **k: True
@@ -106,14 +161,18 @@ except ImportError:
 
 def softmax(x, dim=-1):
     return x * 2
-''' + S.ATTENTION_WITH_PRIVATE_SOFTMAX
-    nb = S.replace_definition(sol(), "scaled_dot_product_attention", "pass")
-    nb = S.replace_definition(nb, "softmax", patch)
-    S.write(nb, root, "patch_compare", A)
-    expect["patch_compare"] = only("softmax")
+"""
 
-    # softmax returns a tensor subclass whose comparisons always agree
-    lying = '''
+
+@attacker(only("softmax"))
+def patch_compare(root, student):
+    """A wrong softmax, with the comparison functions and the checker patched to say yes."""
+    nb = S.replace_definition(sol(), "scaled_dot_product_attention", "pass")
+    nb = S.replace_definition(nb, "softmax", PATCH_COMPARE + S.ATTENTION_WITH_PRIVATE_SOFTMAX)
+    S.write(nb, root, student, A)
+
+
+LYING_TENSOR = """
 class Liar(torch.Tensor):
     def __eq__(self, other): return True
     def allclose(self, *a, **k): return True
@@ -122,19 +181,56 @@ class Liar(torch.Tensor):
 
 def softmax(x, dim=-1):
     return (x * 0).as_subclass(Liar)
-''' + S.ATTENTION_WITH_PRIVATE_SOFTMAX
-    nb = S.replace_definition(sol(), "scaled_dot_product_attention", "pass")
-    nb = S.replace_definition(nb, "softmax", lying)
-    S.write(nb, root, "lying_tensor", A)
-    expect["lying_tensor"] = only("softmax")
+"""
 
-    # read the solutions (absolute and relative paths) or another student's notebook
+
+@attacker(only("softmax"))
+def lying_tensor(root, student):
+    """Softmax returns a tensor subclass whose comparisons always agree."""
+    nb = S.replace_definition(sol(), "scaled_dot_product_attention", "pass")
+    nb = S.replace_definition(nb, "softmax", LYING_TENSOR + S.ATTENTION_WITH_PRIVATE_SOFTMAX)
+    S.write(nb, root, student, A)
+
+
+@attacker(only("softmax"))
+def edited_tests(root, student):
+    """Test cells edited to pass, with a wrong softmax."""
+    nb = sol()
+    for cell in S.graded_cells(nb):
+        cell.source = "print('all tests passed')"
+    wrong = "def softmax(x, dim=-1):\n    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n"
+    nb = S.replace_definition(nb, "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
+    nb = S.replace_definition(nb, "softmax", wrong)
+    S.write(nb, root, student, A)
+
+
+@attacker(only("softmax"))
+def lookup_table(root, student):
+    """Softmax answered from a table of outputs precomputed for the checks' public inputs."""
+    S.write(S.replace_definition(with_private_softmax(), "softmax", S.lookup_softmax_source()), root, student, A)
+
+
+@attacker(only("softmax"))
+def public_source_swap(root, student):
+    """The secret inputs: the student's process swaps the source back to the public inputs,
+    then answers from a table precomputed for them."""
+    nb = S.replace_definition(with_private_softmax(), "softmax", "import sys\n"
+                              "_I = sys.modules['autograder.questions.inputs']\n"
+                              "_I._SOURCE = _I.PublicSource()\n" + S.lookup_softmax_source())
+    S.write(nb, root, student, A)
+
+
+# ---- nothing outside the sandbox can be read or written
+
+def steal_source(root: Path) -> str:
+    """A cell that reads the solutions (absolute and relative paths) or another student's
+    notebook, searching the whole file system last, and runs its answer cells."""
     targets = [str(S.REPO / "solutions" / A / f"{A}.ipynb"),
                f"../../../solutions/{A}/{A}.ipynb", f"../../solutions/{A}/{A}.ipynb",
                f"solutions/{A}/{A}.ipynb",
                str(root / "submitted" / "honest1" / A / f"{A}.ipynb"),
                f"../honest1/{A}/{A}.ipynb", f"../../honest1/{A}/{A}.ipynb"]
-    steal = f'''
+    return f"""
 import json, os
 stolen = None
 for path in {targets!r}:
@@ -156,18 +252,27 @@ if stolen is not None:
     for cell in stolen["cells"]:
         if cell["cell_type"] == "code" and "grade(" not in "".join(cell["source"]):
             exec("".join(cell["source"]), globals())
-'''
-    nb = S.load(A, "exercises")
-    S.write(S.insert_cell(nb, steal), root, "read_solutions", A)
-    expect["read_solutions"] = {q: 0.0 for q in POINTS}
-    # ... and the same code appended at the end, after the blank answers
-    nb = S.load(A, "exercises")
-    nb.cells.append(S.nbformat.v4.new_code_cell(steal))
-    S.write(nb, root, "read_solutions_late", A)
-    expect["read_solutions_late"] = {q: 0.0 for q in POINTS}
+"""
 
-    # overwrite the grades, the gradebook and the grader's state from the notebook
-    vandal = f'''
+
+@attacker(ZERO)
+def read_solutions(root, student):
+    """The blank exercise with the stealing cell first."""
+    S.write(S.insert_cell(S.load(A, "exercises"), steal_source(root)), root, student, A)
+
+
+@attacker(ZERO)
+def read_solutions_late(root, student):
+    """... and the same code appended at the end, after the blank answers."""
+    nb = S.load(A, "exercises")
+    nb.cells.append(S.nbformat.v4.new_code_cell(steal_source(root)))
+    S.write(nb, root, student, A)
+
+
+@attacker(ZERO)
+def vandal(root, student):
+    """Overwrite the grades, the gradebook and the grader's state from the notebook."""
+    cell = f"""
 import os
 root = {str(root)!r}
 for rel in ["grades.csv", "gradebook.db", ".autograder/results/vandal/{A}.json",
@@ -179,59 +284,60 @@ for rel in ["grades.csv", "gradebook.db", ".autograder/results/vandal/{A}.json",
                 fh.write("student,assignment,question,score,max_score,reason\\nvandal,{A},softmax,1,1,\\n")
         except OSError:
             pass
-'''
-    S.write(S.insert_cell(S.load(A, "exercises"), vandal), root, "vandal", A)
-    expect["vandal"] = {q: 0.0 for q in POINTS}
+"""
+    S.write(S.insert_cell(S.load(A, "exercises"), cell), root, student, A)
 
-    # memory: one answer allocates without bound; a top-level cell tries 64 GB at once
+
+# ---- resources are bounded
+
+@attacker(only("attention_head"))
+def memory_bomb(root, student):
+    """One answer allocates without bound; a top-level cell tries 64 GB at once."""
     bomb = "        chunks = []\n        while True:\n            chunks.append(bytearray(64 << 20))"
     nb = S.insert_cell(sol(), "import numpy as np\nhuge = np.ones(2 ** 33)")
-    S.write(S.replace_definition(nb, "AttentionHead", S.head_with_forward(bomb)), root, "memory_bomb", A)
-    expect["memory_bomb"] = only("attention_head")
+    S.write(S.replace_definition(nb, "AttentionHead", S.head_with_forward(bomb)), root, student, A)
 
-    # a fork bomb in a cell
+
+@attacker(FULL)
+def fork_bomb(root, student):
+    """A fork bomb in a cell."""
     forks = ("import os, time\nfor _ in range(10000):\n    if os.fork() == 0:\n"
              "        time.sleep(60)\n        os._exit(0)")
-    S.write(S.insert_cell(sol(), forks), root, "fork_bomb", A)
-    expect["fork_bomb"] = full
+    S.write(S.insert_cell(sol(), forks), root, student, A)
 
-    # not a notebook at all
-    S.write(b'{"cells": [ this is not json', root, "invalid_json", A)
-    expect["invalid_json"] = {q: 0.0 for q in POINTS}
 
-    # test cells edited to pass, with a wrong softmax
-    nb = sol()
-    for cell in S.graded_cells(nb):
-        cell.source = "print('all tests passed')"
-    wrong = "def softmax(x, dim=-1):\n    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n"
-    nb = S.replace_definition(nb, "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
-    nb = S.replace_definition(nb, "softmax", wrong)
-    S.write(nb, root, "edited_tests", A)
-    expect["edited_tests"] = only("softmax")
+@attacker(ZERO)
+def invalid_json(root, student):
+    """Not a notebook at all."""
+    S.write(b'{"cells": [ this is not json', root, student, A)
 
-    # softmax answered from a table of outputs precomputed for the checks' public inputs
-    nb = S.replace_definition(sol(), "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
-    S.write(S.replace_definition(nb, "softmax", S.lookup_softmax_source()), root, "lookup_table", A)
-    expect["lookup_table"] = only("softmax")
 
-    # answers taken from the reference package (in place of the answer cells, or at the end)
+# ---- no answer from the course's own code
+
+@attacker(ZERO)
+def vitref_import(root, student):
+    """Answers taken from the reference package, in place of the answer cells."""
     nb = S.load(A, "exercises")
     nb = S.replace_definition(nb, "softmax", "from vitref import softmax")
     nb = S.replace_definition(nb, "scaled_dot_product_attention",
                               f"import sys\nsys.path.insert(0, {str(S.REPO)!r})\n"
                               "import vitref\nscaled_dot_product_attention = vitref.scaled_dot_product_attention")
     nb = S.replace_definition(nb, "AttentionHead", "from vitref.attention import AttentionHead")
-    S.write(nb, root, "vitref_import", A)
+    S.write(nb, root, student, A)
+
+
+@attacker(ZERO)
+def vitref_late(root, student):
+    """... and at the end of the blank exercise."""
     nb = S.load(A, "exercises")
     nb.cells.append(S.nbformat.v4.new_code_cell(
         f"import sys\nsys.path.insert(0, {str(S.REPO)!r})\n"
         "from vitref import softmax, scaled_dot_product_attention\n"
         "from vitref.attention import AttentionHead"))
-    S.write(nb, root, "vitref_late", A)
-    expect["vitref_import"] = expect["vitref_late"] = {q: 0.0 for q in POINTS}
+    S.write(nb, root, student, A)
 
-    # ---- answers built from the grader's own code: the catalogue is not in the sandbox
-    nb = S.replace_definition(sol(), "scaled_dot_product_attention", '''
+
+CATALOGUE_BUILDER = """
 import sys
 def scaled_dot_product_attention(q, k, v, mask=None):
     for name in list(sys.modules):
@@ -240,29 +346,41 @@ def scaled_dot_product_attention(q, k, v, mask=None):
     import importlib
     module = importlib.import_module("auto" + "grader.judging.catalogue.ch03_attention")
     return module._attn(fill=-1e9)(None)(q, k, v, mask)
-''')
-    S.write(nb, root, "catalogue_builder", A)
-    expect["catalogue_builder"] = {**only("attention"), "attention_head": 0.0}   # the head calls it
+"""
 
-    # ---- forbidden functions hidden from the static scan, the profiler switched off
-    hidden = {
-        "computed_softmax": "    import sys, torch\n    sys.setprofile(None)\n"
-                            "    return getattr(torch, 'soft' + 'max')(x, dim)",
-        "aten_softmax": "    import torch\n    return torch.ops.aten._softmax.default(x, dim, False)",
-        "exec_softmax": "    import base64\n    ns = {'x': x, 'dim': dim}\n"
-                        "    exec(base64.b64decode("
-                        "'aW1wb3J0IHRvcmNoOyBvdXQgPSB0b3JjaC5zb2Z0bWF4KHgsIGRpbSk=').decode(), ns)\n"
-                        "    return ns['out']",
-        "refs_softmax": "    import torch._refs\n    return torch._refs.softmax(x, dim)",
-        "log_softmax_exp": "    import torch\n    return getattr(x, 'log_' + 'softmax')(dim).exp()",
-    }
-    for student, body in hidden.items():
-        nb = S.replace_definition(sol(), "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
-        S.write(S.replace_definition(nb, "softmax", f"def softmax(x, dim=-1):\n{body}\n"), root, student, A)
-        expect[student] = only("softmax")
-    # the library result computed in a cell (before the check), then served by the answer
-    nb = S.replace_definition(sol(), "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
-    nb = S.replace_definition(nb, "softmax", '''
+
+@attacker({**only("attention"), "attention_head": 0.0})      # the head calls it
+def catalogue_builder(root, student):
+    """Answers built from the grader's own code: the catalogue is not in the sandbox."""
+    S.write(S.replace_definition(sol(), "scaled_dot_product_attention", CATALOGUE_BUILDER), root, student, A)
+
+
+# ---- forbidden functions hidden from the static scan, the profiler switched off
+
+HIDDEN_SOFTMAX = {
+    "computed_softmax": "    import sys, torch\n    sys.setprofile(None)\n"
+                        "    return getattr(torch, 'soft' + 'max')(x, dim)",
+    "aten_softmax": "    import torch\n    return torch.ops.aten._softmax.default(x, dim, False)",
+    "exec_softmax": "    import base64\n    ns = {'x': x, 'dim': dim}\n"
+                    "    exec(base64.b64decode("
+                    "'aW1wb3J0IHRvcmNoOyBvdXQgPSB0b3JjaC5zb2Z0bWF4KHgsIGRpbSk=').decode(), ns)\n"
+                    "    return ns['out']",
+    "refs_softmax": "    import torch._refs\n    return torch._refs.softmax(x, dim)",
+    "log_softmax_exp": "    import torch\n    return getattr(x, 'log_' + 'softmax')(dim).exp()",
+}
+
+
+def hidden_softmax(root, student):
+    """The softmax body HIDDEN_SOFTMAX[student]."""
+    S.write(S.replace_definition(with_private_softmax(), "softmax",
+                                 f"def softmax(x, dim=-1):\n{HIDDEN_SOFTMAX[student]}\n"), root, student, A)
+
+
+for _student in HIDDEN_SOFTMAX:
+    attacker(only("softmax"), _student)(hidden_softmax)
+
+
+PRECOMPUTED_IN_CELL = """
 import sys, torch
 _CACHE = {}
 try:
@@ -279,30 +397,29 @@ def softmax(x, dim=-1):
         if d == dim and out.shape == x.shape:
             return out
     return x
-''')
-    S.write(nb, root, "precomputed_in_cell", A)
-    expect["precomputed_in_cell"] = only("softmax")
-    # attention head through PyTorch's own module, by a computed name
-    S.write(S.replace_definition(sol(), "AttentionHead", S.head_with_forward(
-        "        import torch\n"
-        "        mha = getattr(torch.nn, 'Multihead' + 'Attention')(x.shape[-1], 1, batch_first=True)\n"
-        "        out, w = mha(x, x, x)\n        return out[..., :self.query.out_features], w")), root, "hidden_mha", A)
-    expect["hidden_mha"] = only("attention_head")
+"""
 
-    # ---- the secret inputs: the student's process swaps the source back to the public
-    # inputs, then answers from a table precomputed for them
-    nb = S.replace_definition(sol(), "scaled_dot_product_attention", S.ATTENTION_WITH_PRIVATE_SOFTMAX)
-    nb = S.replace_definition(nb, "softmax", "import sys\n"
-                              "_I = sys.modules['autograder.questions.inputs']\n"
-                              "_I._SOURCE = _I.PublicSource()\n" + S.lookup_softmax_source())
-    S.write(nb, root, "public_source_swap", A)
-    expect["public_source_swap"] = only("softmax")
 
-    # ---- the time budget is per submission: a cell that ignores the alarm and sleeps
+@attacker(only("softmax"))
+def precomputed_in_cell(root, student):
+    """The library result computed in a cell (before the check), then served by the answer."""
+    S.write(S.replace_definition(with_private_softmax(), "softmax", PRECOMPUTED_IN_CELL), root, student, A)
+
+
+@attacker(only("attention_head"))
+def hidden_mha(root, student):
+    """Attention head through PyTorch's own module, by a computed name."""
+    head_forward(root, student,
+                 "        import torch\n"
+                 "        mha = getattr(torch.nn, 'Multihead' + 'Attention')(x.shape[-1], 1, batch_first=True)\n"
+                 "        out, w = mha(x, x, x)\n        return out[..., :self.query.out_features], w")
+
+
+@attacker(FULL)
+def sleep_no_alarm(root, student):
+    """The time budget is per submission: a cell that ignores the alarm and sleeps."""
     S.write(S.insert_cell(sol(), "import signal, time\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
-                                 "time.sleep(1000)"), root, "sleep_no_alarm", A)
-    expect["sleep_no_alarm"] = full
-    return expect
+                                 "time.sleep(1000)"), root, student, A)
 
 
 # The threat model, one group per kind of attack (each student above belongs to one).
@@ -327,7 +444,7 @@ THREATS = {
 def batch(tmp_path_factory):
     root = tmp_path_factory.mktemp("grading") / "course"
     root.mkdir()
-    expect = _attackers(root)
+    expect = write_batch(root)
     cmd = [sys.executable, "-m", "autograder", "grade", str(root), "--jobs", "2",
            "--timeout", str(TIMEOUT), "--memory", "768", "--no-progress"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=S.REPO)
@@ -437,5 +554,5 @@ def test_lookup_table_passes_with_public_inputs():
 
     import autograder
     namespace = {"torch": torch, "np": np}
-    exec(S.lookup_softmax_source(), namespace)  # noqa: S102
+    exec(S.lookup_softmax_source(), namespace)  # noqa: S102 - the test's own attack source (grading_students)
     assert autograder.check("softmax", namespace["softmax"]).passed

@@ -134,22 +134,24 @@ def test_batch_odd_folders_rerun_changes_and_force(tmp_path):
 
 def test_new_grader_version_invalidates_saved_results(tmp_path):
     """A change to the checks or to vitref (another grader version) regrades everything."""
-    from autograder import batch
+    from autograder.batch.sources import load_sources
+    from autograder.batch.state import load_state, save_state
+    from autograder.batch.tasks import discover, grader_version, questions_by_assignment
     root = tmp_path / "course"
     S.write(S.load(A), root, "ann", A)
-    questions = batch._questions_by_assignment()
-    sources = batch.load_sources(S.REPO / "solutions", questions)
-    (task,) = batch.discover(root, questions, sources, "v1")
-    batch.save_state(root, {"student": "ann", "assignment": A, "digest": task.digest,
-                            "questions": [], "score": 0, "max_score": 0})
-    assert batch.load_state(root, task) is not None
-    (task_v2,) = batch.discover(root, questions, sources, "v2")
-    assert batch.load_state(root, task_v2) is None
-    assert batch.load_state(root, task_v2, any_version=True) is not None
+    questions = questions_by_assignment()
+    sources = load_sources(S.REPO / "solutions", questions)
+    (task,) = discover(root, questions, sources, "v1")
+    save_state(root, {"student": "ann", "assignment": A, "digest": task.digest,
+                      "questions": [], "score": 0, "max_score": 0})
+    assert load_state(root, task) is not None
+    (task_v2,) = discover(root, questions, sources, "v2")
+    assert load_state(root, task_v2) is None
+    assert load_state(root, task_v2, any_version=True) is not None
     S.write(S.load(A, "exercises"), root, "ann", A)
-    (changed,) = batch.discover(root, questions, sources, "v1")
-    assert batch.load_state(root, changed) is None
-    assert batch.grader_version() != "v1"     # the real version is a hash of the grading code
+    (changed,) = discover(root, questions, sources, "v1")
+    assert load_state(root, changed) is None
+    assert grader_version() != "v1"     # the real version is a hash of the grading code
 
 
 def test_interrupted_batch_resumes(tmp_path):
@@ -200,7 +202,7 @@ def test_missing_nbgrader_is_a_clear_error_before_grading(tmp_path):
     root = tmp_path / "course"
     S.write(S.load(A), root, "ann", A)
     code = ("import sys; sys.modules['nbgrader'] = None\n"
-            "from autograder.batch import main\n"
+            "from autograder.batch.cli import main\n"
             f"sys.exit(main([{str(root)!r}, '--no-progress']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           cwd=S.REPO)

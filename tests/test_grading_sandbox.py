@@ -1,4 +1,4 @@
-"""The grading sandbox itself (autograder.sandbox + autograder.zygote), probed with small
+"""The grading sandbox itself (autograder.hosts.sandbox + autograder.student.zygote), probed with small
 scripts run the way student notebooks are run: what a student process can see, write,
 reach and use. The script's global RESULT comes back as JSON."""
 from __future__ import annotations

@@ -294,10 +294,10 @@ def test_a_written_answer_waits_in_formgrader_for_the_instructor(sandboxed):
     assert nbtools.scores(url, "vit-from-scratch")[("writer", WRITTEN)] == (_auto_points(WRITTEN) + 1.5,
                                                                            _max_points(WRITTEN))
     # a regrade (here: the writer's results written again) keeps the instructor's score
-    from autograder import batch
     from autograder.batch import gradebook
-    sources = batch.load_sources(ROOT / "solutions", {WRITTEN: [q for q in autograder.questions()
-                                                                if q.chapter == WRITTEN]})
+    from autograder.batch.sources import load_sources
+    sources = load_sources(ROOT / "solutions", {WRITTEN: [q for q in autograder.questions()
+                                                          if q.chapter == WRITTEN]})
     rows = [{"id": q.id, "score": float(q.points), "max_score": float(q.points)}
             for q in autograder.questions() if q.chapter == WRITTEN]
     gradebook.write(url, "vit-from-scratch", sources, [{"student": "writer", "assignment": WRITTEN,

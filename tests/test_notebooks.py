@@ -333,7 +333,7 @@ def test_hidden_tests_accept_every_correct_variant():
                 namespace = dict(base, **{answer_names[qid]: variant})
                 try:
                     exec(compile(hidden, f"{name}/{cell.id}", "exec"), namespace)  # noqa: S102 - its test cell
-                except Exception as error:  # noqa: BLE001
+                except Exception as error:  # noqa: BLE001 - any failure of a hidden test is the finding
                     pytest.fail(f"{name}: the hidden test of {qid} fails the correct answer "
                                 f"{variant.__name__}: {type(error).__name__}: {error}")
                 tried += 1

@@ -102,10 +102,11 @@ def postgres():
 
 def _writer(db_url: str, students: list[str], barrier, queue) -> None:
     """One process writing its results to the shared gradebook, all starting at once."""
-    from autograder import batch
     from autograder.batch import gradebook
-    questions = batch._questions_by_assignment()
-    sources = batch.load_sources(S.REPO / "solutions", questions)
+    from autograder.batch.sources import load_sources
+    from autograder.batch.tasks import questions_by_assignment
+    questions = questions_by_assignment()
+    sources = load_sources(S.REPO / "solutions", questions)
     results = []
     for student in students:
         for a in ASSIGNMENTS:
@@ -197,11 +198,11 @@ def _shard_cmd(root: Path, db_url: str, shard: str) -> list[str]:
 
 
 def test_two_shards_at_once_one_killed_and_resumed(postgres, tmp_path):
-    from autograder import batch
+    from autograder.batch import tasks
     db_url = postgres()
     root = tmp_path / "class"
     expected = _class(root)
-    shard_of = {key: batch.shard_of(*key, 2) for key in expected}
+    shard_of = {key: tasks.shard_of(*key, 2) for key in expected}
     mine = {i: sorted(k for k, s in shard_of.items() if s == i) for i in (1, 2)}
     assert len(mine[1]) >= 3 and len(mine[2]) >= 3, mine      # the split is stable: a fixed class
     env = dict(os.environ, AUTOGRADER_GRADER_VERSION="pg-test", OMP_NUM_THREADS="1")
@@ -266,15 +267,16 @@ def test_two_shards_at_once_one_killed_and_resumed(postgres, tmp_path):
 
 def test_shards_are_a_partition(tmp_path):
     """--shard I/N: every submission in exactly one shard, the same on every run."""
-    from autograder import batch
+    from autograder.batch.cli import parse_shard
+    from autograder.batch.tasks import shard_of
     keys = [(f"student{i}", a) for i in range(200) for a in ("01_tokens", "03_attention", "07_vit")]
     for n in (1, 2, 3, 7):
-        shards = [batch.shard_of(s, a, n) for s, a in keys]
+        shards = [shard_of(s, a, n) for s, a in keys]
         assert set(shards) == set(range(1, n + 1))
-        assert shards == [batch.shard_of(s, a, n) for s, a in keys]
-    sizes = [sum(batch.shard_of(s, a, 4) == i for s, a in keys) for i in (1, 2, 3, 4)]
+        assert shards == [shard_of(s, a, n) for s, a in keys]
+    sizes = [sum(shard_of(s, a, 4) == i for s, a in keys) for i in (1, 2, 3, 4)]
     assert min(sizes) > 100, sizes                     # about 150 each
-    assert batch.parse_shard("2/4") == (2, 4)
+    assert parse_shard("2/4") == (2, 4)
     for bad in ("0/4", "5/4", "x", "1-2"):
         with pytest.raises(SystemExit, match="I/N"):
-            batch.parse_shard(bad)
+            parse_shard(bad)

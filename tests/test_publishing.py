@@ -198,7 +198,7 @@ def test_readme_job_and_slurm_commands_parse_with_the_entry_point(capsys):
     `grade --help` lists the options the Job uses."""
     import argparse
 
-    from autograder import batch
+    from autograder.batch import cli
 
     commands = readme_autograder_commands()
     assert sorted({argv[0] for argv in commands}) == ["export", "grade"] and len(commands) >= 3, commands
@@ -209,9 +209,9 @@ def test_readme_job_and_slurm_commands_parse_with_the_entry_point(capsys):
         used |= set(options)
         if argv[0] == "grade":
             parser = argparse.ArgumentParser(prog="autograder grade")
-            batch.add_arguments(parser)
+            cli.add_arguments(parser)
             args = parser.parse_args(argv[1:])                   # exits (SystemExit 2) on an unknown option
-            assert batch.parse_shard(args.shard) in (None, (3, 8)), args.shard
+            assert cli.parse_shard(args.shard) in (None, (3, 8)), args.shard
         for option in options:
             assert option in (grade_help if argv[0] == "grade" else export_help), (
                 f"the README's `autograder {argv[0]}` uses {option}, which `autograder {argv[0]} --help` does not list")

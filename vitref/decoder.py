@@ -16,7 +16,6 @@ from torch import nn
 from ._checks import expect_dims, shape_str
 from .blocks import FeedForwardBlock, TransformerEncoderBlock
 from .multihead import CrossAttention, MultiHeadAttention
-from .patches import check_images, image_to_patches
 from .positional import LearnedPositionalEmbedding, SinusoidalPositionalEncoding
 
 
@@ -107,11 +106,6 @@ class ViTDecoder(nn.Module):
                 attentions.append(weights)
         patches = self.head(self.norm(x))                                              # (B, N, P*P*C)
         return (patches, attentions) if return_attention else patches
-
-    def target_patches(self, images: torch.Tensor) -> torch.Tensor:
-        """The patches the decoder should output for ``images (B, C, H, W)``: ``(B, N, P*P*C)``."""
-        check_images(images, self.patch_size, self.in_channels, self.img_size)
-        return image_to_patches(images, self.patch_size)
 
 
 class Seq2SeqTransformer(nn.Module):

@@ -17,6 +17,10 @@ import re
 import sys
 from pathlib import Path
 
+from autograder.batch.outputs import CSV_COLUMNS, write_csv
+from autograder.batch.sources import course_id, find_source_dir
+from autograder.batch.state import STATE, load_results
+
 SHARD_CSV = re.compile(r"^grades-(\d+)-of-(\d+)\.csv$")
 
 
@@ -39,7 +43,6 @@ def merge_shard_csvs(root: Path) -> tuple[list[list[str]], int] | None:
         raise SystemExit(f"error: missing {', '.join(f'grades-{i}-of-{count}.csv' for i in missing)} "
                          f"in {root}: run `python -m autograder grade ROOT --shard I/{count}` for "
                          f"those shards, or copy their CSV files here")
-    from autograder.batch import CSV_COLUMNS
     rows, seen = [], {}
     for i in sorted(shards):
         with open(shards[i], newline="", encoding="utf-8") as fh:
@@ -58,7 +61,7 @@ def merge_shard_csvs(root: Path) -> tuple[list[list[str]], int] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from autograder.batch import gradebook, report, write_csv
+    from autograder.batch import gradebook, report
     parser = argparse.ArgumentParser(prog="python -m autograder export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", help="the grading root given to `python -m autograder grade`")
@@ -73,14 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     db_url = args.db_url or gradebook.default_url(root)
     gradebook.require_nbgrader(db_url)
-    from autograder.batch import course_id, find_source_dir
     cid = args.course_id or course_id(root, find_source_dir(root, None))
-    results = report.load_results(root)
+    results = load_results(root)
     merged = merge_shard_csvs(root)
     out = root / "grades.csv"
     if merged is not None:
         rows, count = merged
-        from autograder.batch import CSV_COLUMNS
         with open(out, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh)
             writer.writerow(CSV_COLUMNS)
@@ -113,12 +114,11 @@ def report_main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help="default ROOT/report.html")
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
-    results = report.load_results(root)
+    results = load_results(root)
     if not results:
-        print(f"error: no saved result under {root / '.autograder' / 'results'}: grade first",
+        print(f"error: no saved result under {root / STATE}: grade first",
               file=sys.stderr)
         return 2
-    from autograder.batch import find_source_dir
     path = report.write(Path(args.out) if args.out else root / "report.html", results,
                         source_dir=find_source_dir(root, None))
     print(f"wrote {path} ({len(results)} submission(s))")

@@ -44,7 +44,7 @@ class GradebookUnavailable(SystemExit):
 def require_nbgrader(db_url: str | None = None) -> None:
     """Fail before any grading when nbgrader (or the database's driver) is missing."""
     try:
-        import nbgrader.api  # noqa: F401
+        import nbgrader.api  # noqa: F401 - imported only to fail here when nbgrader is missing
     except ImportError as error:
         raise GradebookUnavailable(
             f"error: nbgrader is not installed ({error}); the grader writes nbgrader's gradebook. "

@@ -23,7 +23,6 @@ import base64
 import collections
 import html
 import io
-import json
 import os
 import re
 from pathlib import Path
@@ -246,16 +245,3 @@ def write(path: Path, results: list[dict], title: str = "Grading report",
     tmp.write_text(render(results, title, baseline), encoding="utf-8")
     os.replace(tmp, path)
     return path
-
-
-def load_results(root: Path) -> list[dict]:
-    """Every saved result under ROOT/.autograder/results/ (all shards that share ROOT)."""
-    out = []
-    for path in sorted((Path(root) / ".autograder" / "results").glob("*/*.json")):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if isinstance(data, dict) and isinstance(data.get("questions"), list):
-            out.append(data)
-    return out

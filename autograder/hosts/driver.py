@@ -2,7 +2,7 @@
 
 A *host* runs :func:`autograder.student.payload.payload` on a notebook somewhere: the
 grading sandbox (:class:`autograder.hosts.sandbox.Zygote`) or a plain child process
-(:class:`autograder.hosts.local.LocalHost`, for ``python -m autograder check``). Both answer
+(:class:`autograder.hosts.child_process.LocalHost`, for ``python -m autograder check``). Both answer
 ``run(notebook, qids, limits, name=, options=, inputs=, timeout=) -> RunResult`` with the
 stream of frames the payload wrote.
 

@@ -4,7 +4,7 @@ A question that trains a model (``Question.seconds`` > 0, assignment 09) gets it
 images from the grader like every other input, but not with the others: :func:`held_back`
 takes the dataset arrays out of the inputs the notebook's process receives at its start, so no
 notebook cell can find them (and train before ``train_vit`` is called). The host (the zygote in
-the sandbox, :class:`autograder.hosts.local.LocalHost` for ``check``) keeps them in a
+the sandbox, :class:`autograder.hosts.child_process.LocalHost` for ``check``) keeps them in a
 :class:`autograder.student.zygote.Feed` and hands them over when the student's process asks for
 them, which the training probe does right before it calls ``train_vit``. The host times the
 training from that moment to the first result frame of the question, kills the run when that

@@ -213,7 +213,9 @@ def grade_one(root: Path, config: dict, log) -> dict:
     import secrets
 
     import autograder
-    from autograder.batch import RunInputs, Task, grade_task
+    from autograder.batch.pool import preload_modules
+    from autograder.batch.submission import RunInputs, grade_task
+    from autograder.batch.tasks import Task
     from autograder.hosts.sandbox import Limits, Zygote
 
     submission = root / "submission"
@@ -232,8 +234,7 @@ def grade_one(root: Path, config: dict, log) -> dict:
     task = Task("submission", assignment, str(submission), str(notebook) if notebook else None,
                 "", [q.id for q in qs], note)
     inputs = RunInputs(secrets.token_bytes(32))      # each run of the notebook draws its own inputs from it
-    from autograder.batch import _preload
-    zygote = Zygote(slot=0, preload=tuple(_preload(None, [assignment])), hide=hide,
+    zygote = Zygote(slot=0, preload=tuple(preload_modules(None, [assignment])), hide=hide,
                     sandbox_mode=sandbox_mode, memory_mb=None)
     try:
         zygote.start()

@@ -411,7 +411,7 @@ ANSWERS = {
     "train_to_accuracy": train_vit, "concept_augmentation": data_option,
 }
 
-# Building blocks the catalogue's composite wrong answers need (see autograder.core.Mistake).
+# Building blocks the catalogue's composite wrong answers need (see autograder.judging.model.Mistake).
 PARTS = {
     "MultiHeadAttention": MultiHeadAttention, "ResidualAdd": ResidualAdd, "FeedForwardBlock": FeedForwardBlock,
     "AttentionHead": AttentionHead, "CrossAttention": CrossAttention, "getPositionEncoding": getPositionEncoding,

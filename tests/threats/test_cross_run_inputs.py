@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import autograder
-from autograder.batch import RunInputs
+from autograder.batch.submission import RunInputs
 from autograder.hosts.driver import Outcome, ban_groups, run_submission
 from autograder.hosts.sandbox import Limits, RunResult
 from autograder.judging.judge import judge_outcome
@@ -303,14 +303,16 @@ def graded(tmp_path_factory):
     import os
 
     import grading_students as S
-    from autograder.batch import Task, _preload, grade_task
+    from autograder.batch.pool import preload_modules
+    from autograder.batch.submission import grade_task
+    from autograder.batch.tasks import Task
     from autograder.hosts import sandbox
     from autograder.judging.secret import run_inputs
 
     root = tmp_path_factory.mktemp("class")
     channel = tmp_path_factory.mktemp("channel")
     os.chmod(channel, 0o777)                    # the sandboxed uid writes here
-    zygote = sandbox.Zygote(slot=0, preload=tuple(_preload(None, [A])), hide=(str(root),), memory_mb=None)
+    zygote = sandbox.Zygote(slot=0, preload=tuple(preload_modules(None, [A])), hide=(str(root),), memory_mb=None)
     inside = "/channel" if zygote.mode == "bwrap" else str(channel)
     original = sandbox.bwrap_command
 

@@ -11,7 +11,7 @@ Each test here takes an honest wrong answer that scores 0, forges one field of i
 the way a notebook can, and asserts the forged report scores 0 too; the honest solutions keep
 full marks. The fast tests judge forged probe data with :func:`autograder.judging.judge.judge`
 (the grade's own verdict on what the sandbox sends); the slow one grades a submission file
-that patches the probe through :func:`autograder.hosts.local.check_file` (a child process,
+that patches the probe through :func:`autograder.hosts.child_process.check_file` (a child process,
 :func:`autograder.hosts.driver.run_submission`, the wire format, the judge).
 """
 from __future__ import annotations
@@ -396,7 +396,7 @@ def test_a_submission_that_patches_the_probe_scores_zero(tmp_path):
     """The measured attacks, end to end: the float32 softmax claiming float64 (1/1 before)
     and the frozen class token with patched grads (q3 1/1, q4 1/1 before) score 0; the
     solutions through the same path keep full marks."""
-    from autograder.hosts.local import check_file
+    from autograder.hosts.child_process import check_file
 
     path = tmp_path / "forging.py"
     path.write_text(FORGING_SUBMISSION)

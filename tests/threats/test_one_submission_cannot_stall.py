@@ -23,7 +23,8 @@ import nbformat
 import pytest
 
 import autograder
-from autograder.batch import formgrader, load_sources
+from autograder.batch import formgrader
+from autograder.batch.sources import load_sources
 from autograder.judging import preflight
 
 import grading_students as S

@@ -274,7 +274,7 @@ def test_the_training_is_timed_and_stopped_by_the_grader_not_the_notebooks_clock
 @pytest.mark.slow
 def test_the_check_command_times_the_training_with_its_own_clock_too(tmp_path, monkeypatch):
     """``python -m autograder check`` (a child process, no sandbox): the same hand-over and clock."""
-    from autograder.hosts.local import check_submission
+    from autograder.hosts.child_process import check_submission
 
     monkeypatch.setitem(Q.cases[0].params, "seconds", 2)      # the grader's limits: 4.2 s overtime, 9.2 s kill
     path = tmp_path / "09_training.ipynb"

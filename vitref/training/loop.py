@@ -10,7 +10,9 @@ import math
 import os
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -22,6 +24,9 @@ from .models import build_model, init_sincos_positions
 from .optim import lr_at, param_groups
 from .teacher import distillation_loss, distillation_targets
 from .tuner import SlicedForward, ThreadTuner, available_cores, batch_slices, cpu_options
+
+if TYPE_CHECKING:
+    from torch.optim.swa_utils import AveragedModel
 
 
 def forward_backward(model, x, y, teacher_batch, config: TrainConfig, splits: int = 1, pool=None):
@@ -55,7 +60,6 @@ def forward_backward(model, x, y, teacher_batch, config: TrainConfig, splits: in
     return sum(r[0] for r in results), sum(r[1] for r in results)
 
 
-
 def train(config: TrainConfig | None = None, *, start_time: float | None = None, **overrides):
     """Train a ViT; returns ``(model, history)``.
 
@@ -71,41 +75,123 @@ def train(config: TrainConfig | None = None, *, start_time: float | None = None,
         torch.set_num_threads(threads_before)        # thread settings do not leak out of a run
 
 
-def _train(config, start_time, overrides):
+def _train(config: TrainConfig | None, start_time: float | None, overrides: dict):
+    """The run, one named step after another (see :func:`train`)."""
     start = time.time() if start_time is None else start_time
+    config = _settings(config, overrides)
+    device = resolve_device(config.device)
+    tuner = _thread_tuner(config, device)
+    deadline = start + config.minutes * 60 if config.minutes is not None else math.inf
+    info = vdata.DATASET_INFO[config.dataset]
+    data = _load_data(config)
+    data_seconds = time.time() - start
+
+    model, step_model, optimizer = _model_and_optimizer(config, info, device)
+    loader = _batch_loader(config, info, data, device)
+    steps_per_epoch = len(loader)
+    max_steps = _max_steps(config, steps_per_epoch)
+    history = dict(config=dataclasses.asdict(config), model=getattr(model, "config", None),
+                   num_parameters=sum(p.numel() for p in model.parameters()), device=str(device),
+                   threads=torch.get_num_threads(), torch=torch.__version__, steps_per_epoch=steps_per_epoch,
+                   epochs=[], data_seconds=round(data_seconds, 2))
+    if config.distill != "none":              # a teacher first; its logits ride along with each batch
+        loader.targets = distillation_targets(config, history, data.train_images, data.train_labels, info,
+                                              deadline, _final_reserve(config, len(data.test_labels), 2e-4),
+                                              device, data.validation)
+
+    run = _Run(config, model, step_model, optimizer, loader, tuner, data, info, device, start,
+               distilled=config.distill != "none", progress_bar=_progress_bar(config, max_steps))
+    model.train()
+    run.ema_model = _ema_model(config, model)
+    run.slice_pool = _slice_pool(tuner)
+    budget = _Budget(config, deadline, max_steps, len(data.test_labels))
+    epoch = 0
+    while not budget.done:
+        epoch += 1
+        record = _epoch(run, epoch, budget, steps_per_epoch)
+        if record is not None:
+            history["epochs"].append(record)
+    if run.progress_bar is not None:
+        run.progress_bar.close()
+    train_seconds = time.time() - budget.start
+    if run.ema_model is not None:                   # evaluate and save the averaged weights
+        model.load_state_dict(run.ema_model.module.state_dict())
+
+    _final_evaluation(run, history, budget, train_seconds, steps_per_epoch)
+    if config.out is not None:
+        run_dir = _save_checkpoint(config.out, config, model, history)
+    history["seconds"] = round(time.time() - start, 2)
+    if config.out is not None:
+        (run_dir / "history.json").write_text(json.dumps(history, indent=1))
+    return model, history
+
+
+def _settings(config: TrainConfig | None, overrides: dict) -> TrainConfig:
+    """``config`` (default :class:`TrainConfig`) with ``overrides``, limited to 2,048 training and
+    1,000 test images under ``VITREF_FAST``; it must have a budget and a known dataset."""
     config = dataclasses.replace(config or TrainConfig(), **overrides)
-    fast = os.environ.get("VITREF_FAST", "") not in ("", "0")
-    if fast:
+    if os.environ.get("VITREF_FAST", "") not in ("", "0"):
         config = dataclasses.replace(config, train_limit=config.train_limit or 2048,
                                      test_limit=config.test_limit or 1000)
     if config.minutes is None and config.epochs is None and config.steps is None:
         raise ValueError("give a budget: minutes, epochs or steps")
     if config.dataset not in vdata.DATASET_INFO:
         raise ValueError(f"unknown dataset {config.dataset!r}: expected one of {sorted(vdata.DATASET_INFO)}")
-    device = resolve_device(config.device)
-    tuner = None
+    return config
+
+
+def _thread_tuner(config: TrainConfig, device: torch.device) -> ThreadTuner | None:
+    """The tuner that picks how a CPU run uses its cores (``threads=0``, or a timed run that fixes
+    no thread count, on a machine with several cores); else the fixed thread count is set."""
     adaptive = config.threads == 0 or (config.threads is None and config.minutes is not None)
     if adaptive and device.type == "cpu" and available_cores() > 1:
-        tuner = ThreadTuner(cpu_options())
-    elif config.threads:
+        return ThreadTuner(cpu_options())
+    if config.threads:
         torch.set_num_threads(config.threads)
-    deadline = start + config.minutes * 60 if config.minutes is not None else math.inf
-    info = vdata.DATASET_INFO[config.dataset]
+    return None
 
-    # data: whole datasets as uint8 tensors
-    train_images, train_labels = vdata.load_tensors(config.dataset, train=True)
+
+@dataclasses.dataclass
+class _Data:
+    """The run's images, uint8 ``(N, C, H, W)``, and labels ``(N,)``: training, test and, with
+    ``val_size``, validation (a seeded split held out of the training images)."""
+
+    train_images: torch.Tensor
+    train_labels: torch.Tensor
+    test_images: torch.Tensor
+    test_labels: torch.Tensor
+    val_images: torch.Tensor | None = None
+    val_labels: torch.Tensor | None = None
+
+    @property
+    def validation(self) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(images, labels)`` of the validation split, or None without one."""
+        if self.val_images is None or self.val_labels is None:
+            return None
+        return self.val_images, self.val_labels
+
+
+def _load_data(config: TrainConfig) -> _Data:
+    """Whole datasets as uint8 tensors, split and limited as ``config`` says."""
+    train_images, train_labels = vdata.load_tensors(config.dataset, train=True)     # (N, C, H, W), (N,)
     test_images, test_labels = vdata.load_tensors(config.dataset, train=False)
+    data = _Data(train_images, train_labels, test_images, test_labels)
     if config.val_size:
         split = torch.randperm(len(train_labels), generator=torch.Generator().manual_seed(12345))
         val_index, train_index = split[:config.val_size], split[config.val_size:]
-        val_images, val_labels = train_images[val_index], train_labels[val_index]
-        train_images, train_labels = train_images[train_index], train_labels[train_index]
+        data.val_images, data.val_labels = train_images[val_index], train_labels[val_index]
+        data.train_images, data.train_labels = train_images[train_index], train_labels[train_index]
     if config.train_limit:
-        train_images, train_labels = train_images[:config.train_limit], train_labels[:config.train_limit]
+        data.train_images = data.train_images[:config.train_limit]
+        data.train_labels = data.train_labels[:config.train_limit]
     if config.test_limit:
-        test_images, test_labels = test_images[:config.test_limit], test_labels[:config.test_limit]
-    data_seconds = time.time() - start
+        data.test_images, data.test_labels = test_images[:config.test_limit], test_labels[:config.test_limit]
+    return data
 
+
+def _model_and_optimizer(config: TrainConfig, info: dict, device: torch.device):
+    """``(model, step_model, optimizer)``: the seeded model on ``device``, the module the steps call
+    (``torch.compile``'d with ``compile=True``, else the model) and AdamW over its parameters."""
     torch.manual_seed(config.seed)
     model = build_model(config, info)
     if config.pos_init == "sincos":
@@ -113,162 +199,235 @@ def _train(config, start_time, overrides):
     elif config.pos_init != "random":
         raise ValueError(f"unknown pos_init {config.pos_init!r}: expected 'random' or 'sincos'")
     model = model.to(device)
-    num_parameters = sum(p.numel() for p in model.parameters())
     step_model = torch.compile(model) if config.compile else model
     optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr,
                                   betas=(0.9, config.beta2), fused=device.type in ("cpu", "cuda"))
+    return model, step_model, optimizer
+
+
+def _batch_loader(config: TrainConfig, info: dict, data: _Data, device: torch.device) -> vdata.BatchLoader:
+    """Shuffled, augmented training batches ``(B, C, H, W)`` (full batches only), seeded by ``seed + 1``."""
     generator = torch.Generator().manual_seed(config.seed + 1)
-    loader = vdata.BatchLoader(train_images, train_labels, config.batch_size, info["mean"], info["std"],
+    loader = vdata.BatchLoader(data.train_images, data.train_labels, config.batch_size, info["mean"], info["std"],
                                shuffle=True, generator=generator,
                                crop_padding=config.crop_padding if config.crop_from <= 0 else 0,
                                flip=config.flip, erase=config.erase, drop_last=True, device=device)
-    steps_per_epoch = len(loader)
-    if steps_per_epoch == 0:
-        raise ValueError(f"batch size {config.batch_size} is larger than the {len(train_labels)} training images")
+    if len(loader) == 0:
+        raise ValueError(f"batch size {config.batch_size} is larger than the {len(data.train_labels)} "
+                         f"training images")
+    return loader
+
+
+def _max_steps(config: TrainConfig, steps_per_epoch: int) -> float:
+    """The step budget: ``steps``, ``epochs`` (in steps), the smaller of both, or infinity (timed runs)."""
     max_steps = math.inf
     if config.steps is not None:
         max_steps = config.steps
     if config.epochs is not None:
         max_steps = min(max_steps, math.ceil(config.epochs * steps_per_epoch))
+    return max_steps
 
-    # Time kept back for the final test evaluation, re-estimated from the measured step time:
-    # a forward pass costs about a third of a training step per image; times the TTA views; x1.5 margin.
-    def final_reserve(seconds_per_image: float, window: float = math.inf) -> float:
-        passes = forward_passes(config.tta)
-        # at most a third of the training window: a tiny budget still trains (and may run over)
-        return min(window / 3, 2.0 + 1.5 * len(test_labels) * passes * seconds_per_image / 3)
 
-    history = dict(config=dataclasses.asdict(config), model=getattr(model, "config", None),
-                   num_parameters=num_parameters, device=str(device), threads=torch.get_num_threads(),
-                   torch=torch.__version__, steps_per_epoch=steps_per_epoch, epochs=[],
-                   data_seconds=round(data_seconds, 2))
-    soft_targets = None
-    if config.distill != "none":
-        soft_targets = distillation_targets(config, history, train_images, train_labels, info, deadline,
-                                            final_reserve(2e-4), device,
-                                            (val_images, val_labels) if config.val_size else None)
-        loader.targets = soft_targets
-    progress_bar = None
-    if config.progress:
-        from tqdm.auto import tqdm
+def _final_reserve(config: TrainConfig, test_images: int, seconds_per_image: float, window: float = math.inf) -> float:
+    """Seconds kept back for the final test evaluation, re-estimated from the measured step time:
+    a forward pass costs about a third of a training step per image; times the TTA views; x1.5
+    margin; at most a third of the training window (a tiny budget still trains, and may run over)."""
+    passes = forward_passes(config.tta)
+    return min(window / 3, 2.0 + 1.5 * test_images * passes * seconds_per_image / 3)
 
-        progress_bar = tqdm(total=None if max_steps == math.inf else max_steps, unit="step",
-                            dynamic_ncols=True, file=sys.stderr)
 
-    model.train()
-    step, epoch, progress = 0, 0, 0.0
-    ema_model = None
-    if config.ema:
-        from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+def _progress_bar(config: TrainConfig, max_steps: float) -> Any:
+    """A tqdm bar on stderr with ``progress=True``, else None."""
+    if not config.progress:
+        return None
+    from tqdm.auto import tqdm
 
-        ema_model = AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema), use_buffers=True)
-    slice_pool = None
-    if tuner is not None and tuner.max_splits > 1:
-        from concurrent.futures import ThreadPoolExecutor
+    return tqdm(total=None if max_steps == math.inf else max_steps, unit="step", dynamic_ncols=True,
+                file=sys.stderr)
 
-        slice_pool = ThreadPoolExecutor(tuner.max_splits, thread_name_prefix="vitref-slice")
-    train_start = time.time()
-    window = deadline - train_start
-    train_deadline = deadline - final_reserve(2e-4, window)   # provisional, until steps are timed
-    seconds_per_step = None
-    done = False
-    while not done:
-        epoch += 1
-        loss_sum, correct, seen, epoch_start = 0.0, 0, 0, time.time()
-        for batch in loader:
-            x, y = batch[0], batch[1]                                          # (B, C, H, W), (B,)
-            if progress >= 1.0 or step >= max_steps:
-                done = True
-                break
-            lr = lr_at(progress, config)
-            loader.crop_padding = config.crop_padding if progress >= config.crop_from else 0   # for the next batch
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            step_start = time.time()
-            if tuner is not None and step >= 1:                 # step 0 includes one-off warm-up costs
-                tuner.before_step(step_start)
-            optimizer.zero_grad(set_to_none=True)
-            teacher_batch = batch[2] if soft_targets is not None else None   # (B, num_classes) teacher logits
-            loss, batch_correct = forward_backward(step_model, x, y, teacher_batch, config,
-                                                   tuner.splits if tuner is not None else 1, slice_pool)
-            if config.grad_clip:
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.grad_clip)
-            optimizer.step()
-            if ema_model is not None:
-                ema_model.update_parameters(model)
-            step += 1
-            if tuner is not None and step >= 2:
-                tuner.after_step(time.time() - step_start, time.time(), step)
-            loss_sum = loss_sum + loss * len(y)                               # kept on the device: no sync
-            correct = correct + batch_correct
-            seen += len(y)
-            now = time.time()
-            if step == 2:                       # step 1 includes warm-up costs (allocation, compilation)
-                timing_start, timing_steps = now, step
-            elif step > 2:
-                seconds_per_step = (now - timing_start) / (step - timing_steps)
-                if (step % 20 == 0 or step == 3) and math.isfinite(deadline):
-                    train_deadline = deadline - final_reserve(seconds_per_step / config.batch_size, window)
-            # progress: of the time budget (timed runs) or of the steps (counted runs), whichever is ahead
-            time_progress = (now - train_start) / max(1e-9, train_deadline - train_start)
-            step_progress = step / max_steps
-            progress = max(progress, time_progress, step_progress)
-            if progress_bar is not None:
-                if math.isfinite(deadline) and progress > 0:
-                    progress_bar.total = max(step, round(step / progress))
-                progress_bar.update(1)
-                if step % 10 == 0 or step == 1:
-                    progress_bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", refresh=False)
-        if seen:
-            record = dict(epoch=epoch, steps=step, fraction=round(seen / (steps_per_epoch * config.batch_size), 4),
-                          train_loss=float(loss_sum) / seen, train_accuracy=int(correct) / seen, lr=lr,
-                          seconds=round(time.time() - start, 2), epoch_seconds=round(time.time() - epoch_start, 2))
-            if config.val_size:
-                result = evaluate(step_model, val_images, val_labels, info, config.eval_batch_size, config.tta, device)
-                record.update({f"val_{k}": v for k, v in result.items()})
-            if config.eval_every_epoch:
-                result = evaluate(step_model, test_images, test_labels, info, config.eval_batch_size, config.tta,
-                                  device)
-                record.update({f"test_{k}": v for k, v in result.items()})
-            history["epochs"].append(record)
-            if progress_bar is not None:
-                extra = f" val_acc={record['val_accuracy']:.4f}" if config.val_size else ""
-                progress_bar.write(f"epoch {epoch}: train_loss={record['train_loss']:.4f} "
-                                   f"train_acc={record['train_accuracy']:.4f}{extra} ({record['seconds']:.0f} s)")
-    if progress_bar is not None:
-        progress_bar.close()
-    train_seconds = time.time() - train_start
-    if ema_model is not None:                       # evaluate and save the averaged weights
-        model.load_state_dict(ema_model.module.state_dict())
 
-    eval_start = time.time()
-    eval_model = step_model
-    if tuner is not None and tuner.splits > 1:      # evaluate the way the tuner found fastest
-        eval_model = SlicedForward(step_model, tuner.splits, slice_pool)
-    result = evaluate(eval_model, test_images, test_labels, info, config.eval_batch_size, config.tta, device)
-    if slice_pool is not None:
-        slice_pool.shutdown()
-    if tuner is not None:
-        history["thread_choices"] = tuner.choices
-    history.update(steps=step, epochs_run=round(step / steps_per_epoch, 3), train_seconds=round(train_seconds, 2),
-                   seconds_per_step=seconds_per_step, eval_seconds=round(time.time() - eval_start, 2),
-                   **{f"test_{k}": v for k, v in result.items()})
+def _ema_model(config: TrainConfig, model: torch.nn.Module) -> AveragedModel | None:
+    """The exponential moving average of the weights with ``ema`` (a decay), else None."""
+    if not config.ema:
+        return None
+    from torch.optim.swa_utils import AveragedModel, get_ema_multi_avg_fn
+
+    return AveragedModel(model, multi_avg_fn=get_ema_multi_avg_fn(config.ema), use_buffers=True)
+
+
+def _slice_pool(tuner: ThreadTuner | None) -> ThreadPoolExecutor | None:
+    """The threads that run a batch's slices at once, when the tuner may choose slices; else None."""
+    if tuner is None or tuner.max_splits <= 1:
+        return None
+    return ThreadPoolExecutor(tuner.max_splits, thread_name_prefix="vitref-slice")
+
+
+@dataclasses.dataclass
+class _Run:
+    """What the training steps use: the settings, the model and the module the steps call, the
+    optimizer and loader, the thread tuner and slice threads, the data, and the run's start."""
+
+    config: TrainConfig
+    model: torch.nn.Module
+    step_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    loader: vdata.BatchLoader
+    tuner: ThreadTuner | None
+    data: _Data
+    info: dict
+    device: torch.device
+    start: float                       # time.time() when the run's budget started
+    distilled: bool                    # batches carry the teacher's logits as a third element
+    progress_bar: Any = None                         # a tqdm bar, or None
+    ema_model: AveragedModel | None = None
+    slice_pool: ThreadPoolExecutor | None = None
+
+
+class _Budget:
+    """Where training stands against its budget: ``step`` (optimizer steps taken) and ``progress``
+    (0 -> 1: the share of the training time used (timed runs) or of the steps (counted runs),
+    whichever is ahead). Training time ends at ``train_deadline``: the run's deadline less the
+    reserve for the final evaluation, re-estimated as steps are timed."""
+
+    def __init__(self, config: TrainConfig, deadline: float, max_steps: float, test_images: int):
+        self.config, self.deadline, self.max_steps, self.test_images = config, deadline, max_steps, test_images
+        self.step, self.progress, self.done = 0, 0.0, False
+        self.seconds_per_step: float | None = None
+        self.timing_start, self.timing_steps = 0.0, 0
+        self.start = time.time()
+        self.window = deadline - self.start
+        # provisional, until steps are timed
+        self.train_deadline = deadline - _final_reserve(config, test_images, 2e-4, self.window)
+
+    def spent(self) -> bool:
+        """Whether the budget is used up (then ``done`` is set)."""
+        self.done = self.progress >= 1.0 or self.step >= self.max_steps
+        return self.done
+
+    def after_step(self, now: float) -> None:
+        """Step ``step`` ended at ``now``: the step time, the training deadline, the progress."""
+        if self.step == 2:                  # step 1 includes warm-up costs (allocation, compilation)
+            self.timing_start, self.timing_steps = now, self.step
+        elif self.step > 2:
+            self.seconds_per_step = (now - self.timing_start) / (self.step - self.timing_steps)
+            if (self.step % 20 == 0 or self.step == 3) and math.isfinite(self.deadline):
+                self.train_deadline = self.deadline - _final_reserve(
+                    self.config, self.test_images, self.seconds_per_step / self.config.batch_size, self.window)
+        # progress: of the time budget (timed runs) or of the steps (counted runs), whichever is ahead
+        time_progress = (now - self.start) / max(1e-9, self.train_deadline - self.start)
+        step_progress = self.step / self.max_steps
+        self.progress = max(self.progress, time_progress, step_progress)
+
+
+def _epoch(run: _Run, epoch: int, budget: _Budget, steps_per_epoch: int) -> dict | None:
+    """One pass over the training batches, or less when the budget ends inside it: its record
+    for ``history['epochs']`` (with validation and test results where asked), None when no
+    step ran."""
+    config = run.config
+    loss_sum, correct, seen, epoch_start = 0.0, 0, 0, time.time()
+    lr = 0.0
+    for batch in run.loader:
+        if budget.spent():
+            break
+        loss, batch_correct, lr = _step(run, batch, budget)
+        y = batch[1]                                                             # (B,)
+        loss_sum = loss_sum + loss * len(y)                                      # kept on the device: no sync
+        correct = correct + batch_correct
+        seen += len(y)
+        budget.after_step(time.time())
+        if run.progress_bar is not None:
+            _show_step(run.progress_bar, budget, epoch, loss, lr)
+    if not seen:
+        return None
+    record = dict(epoch=epoch, steps=budget.step, fraction=round(seen / (steps_per_epoch * config.batch_size), 4),
+                  train_loss=float(loss_sum) / seen, train_accuracy=int(correct) / seen, lr=lr,
+                  seconds=round(time.time() - run.start, 2), epoch_seconds=round(time.time() - epoch_start, 2))
     if config.val_size:
-        if ema_model is not None:
-            result = evaluate(step_model, val_images, val_labels, info, config.eval_batch_size, config.tta, device)
+        result = evaluate(run.step_model, run.data.val_images, run.data.val_labels, run.info, config.eval_batch_size,
+                          config.tta, run.device)
+        record.update({f"val_{k}": v for k, v in result.items()})
+    if config.eval_every_epoch:
+        result = evaluate(run.step_model, run.data.test_images, run.data.test_labels, run.info,
+                          config.eval_batch_size, config.tta, run.device)
+        record.update({f"test_{k}": v for k, v in result.items()})
+    if run.progress_bar is not None:
+        extra = f" val_acc={record['val_accuracy']:.4f}" if config.val_size else ""
+        run.progress_bar.write(f"epoch {epoch}: train_loss={record['train_loss']:.4f} "
+                               f"train_acc={record['train_accuracy']:.4f}{extra} ({record['seconds']:.0f} s)")
+    return record
+
+
+def _step(run: _Run, batch, budget: _Budget):
+    """One optimizer step on ``batch`` ``(x (B, C, H, W), y (B,)[, teacher logits (B, K)])`` at the
+    learning rate of the current progress, counted in ``budget.step``: ``(loss, correct, lr)``
+    (the batch-mean loss and the number right, both on the device)."""
+    config, tuner = run.config, run.tuner
+    x, y = batch[0], batch[1]                                                  # (B, C, H, W), (B,)
+    lr = lr_at(budget.progress, config)
+    run.loader.crop_padding = config.crop_padding if budget.progress >= config.crop_from else 0   # for the next batch
+    for group in run.optimizer.param_groups:
+        group["lr"] = lr
+    step_start = time.time()
+    if tuner is not None and budget.step >= 1:              # step 0 includes one-off warm-up costs
+        tuner.before_step(step_start)
+    run.optimizer.zero_grad(set_to_none=True)
+    teacher_batch = batch[2] if run.distilled else None      # (B, num_classes) teacher logits
+    loss, batch_correct = forward_backward(run.step_model, x, y, teacher_batch, config,
+                                           tuner.splits if tuner is not None else 1, run.slice_pool)
+    if config.grad_clip:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
+    run.optimizer.step()
+    if run.ema_model is not None:
+        run.ema_model.update_parameters(run.model)
+    budget.step += 1
+    if tuner is not None and budget.step >= 2:
+        tuner.after_step(time.time() - step_start, time.time(), budget.step)
+    return loss, batch_correct, lr
+
+
+def _show_step(progress_bar, budget: _Budget, epoch: int, loss: torch.Tensor, lr: float) -> None:
+    """The progress bar after a step (its total re-estimated from the progress of timed runs)."""
+    if math.isfinite(budget.deadline) and budget.progress > 0:
+        progress_bar.total = max(budget.step, round(budget.step / budget.progress))
+    progress_bar.update(1)
+    if budget.step % 10 == 0 or budget.step == 1:
+        progress_bar.set_postfix(epoch=epoch, loss=f"{loss.item():.3f}", lr=f"{lr:.2e}", refresh=False)
+
+
+def _final_evaluation(run: _Run, history: dict, budget: _Budget, train_seconds: float, steps_per_epoch: int) -> None:
+    """The test results of the trained (or averaged) weights, and the run's numbers, into ``history``;
+    the validation results too (of the averaged weights, or of the last epoch)."""
+    config, data = run.config, run.data
+    eval_start = time.time()
+    eval_model: torch.nn.Module | SlicedForward = run.step_model
+    if run.tuner is not None and run.tuner.splits > 1:      # evaluate the way the tuner found fastest
+        eval_model = SlicedForward(run.step_model, run.tuner.splits, run.slice_pool)
+    result = evaluate(eval_model, data.test_images, data.test_labels, run.info, config.eval_batch_size, config.tta,
+                      run.device)
+    if run.slice_pool is not None:
+        run.slice_pool.shutdown()
+    if run.tuner is not None:
+        history["thread_choices"] = run.tuner.choices
+    history.update(steps=budget.step, epochs_run=round(budget.step / steps_per_epoch, 3),
+                   train_seconds=round(train_seconds, 2), seconds_per_step=budget.seconds_per_step,
+                   eval_seconds=round(time.time() - eval_start, 2), **{f"test_{k}": v for k, v in result.items()})
+    if config.val_size:
+        if run.ema_model is not None:
+            result = evaluate(run.step_model, data.val_images, data.val_labels, run.info, config.eval_batch_size,
+                              config.tta, run.device)
             history.update({f"val_{k}": v for k, v in result.items()})
         elif history["epochs"] and "val_accuracy" in history["epochs"][-1]:
             history.update({k: v for k, v in history["epochs"][-1].items() if k.startswith("val_")})
-    if config.out is not None:
-        run_dir = Path(config.out) / (config.name or f"{config.dataset}-{time.strftime('%Y%m%d-%H%M%S')}")
-        run_dir.mkdir(parents=True, exist_ok=True)
-        torch.save(dict(state_dict=model.state_dict(), model=getattr(model, "config", None),
-                        config=dataclasses.asdict(config)), run_dir / "model.pt")
-        history["run_dir"] = str(run_dir)
-    history["seconds"] = round(time.time() - start, 2)
-    if config.out is not None:
-        (run_dir / "history.json").write_text(json.dumps(history, indent=1))
-    return model, history
+
+
+def _save_checkpoint(out: str, config: TrainConfig, model: torch.nn.Module, history: dict) -> Path:
+    """``OUT/NAME/model.pt`` (weights, model settings, run settings); returns the run's folder."""
+    run_dir = Path(out) / (config.name or f"{config.dataset}-{time.strftime('%Y%m%d-%H%M%S')}")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    torch.save(dict(state_dict=model.state_dict(), model=getattr(model, "config", None),
+                    config=dataclasses.asdict(config)), run_dir / "model.pt")
+    history["run_dir"] = str(run_dir)
+    return run_dir
 
 
 __all__ = ["train", "forward_backward"]

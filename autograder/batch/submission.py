@@ -1,0 +1,134 @@
+"""Grading one submission (:func:`grade_task`, in a grading job of :mod:`autograder.batch.pool`):
+the notebook runs in the job's sandbox (:func:`autograder.hosts.driver.run_submission`) on inputs
+drawn for that run (:class:`RunInputs`), and every question of its assignment is judged on what
+came back. Whatever happens (a notebook that is not JSON, too big, an answer that raises, hangs,
+exits or exhausts memory) the result has one row per question: zero and the reason."""
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from autograder.batch.tasks import Task
+
+REASON_CHARS = 300
+MAX_NOTEBOOK_MB = 50        # a submitted notebook larger than this is not run
+
+
+def _zero(q, reason: str) -> dict:
+    """Question ``q``'s row when it could not be judged: no points, ``reason`` as the feedback."""
+    return {"id": q.id, "title": q.title, "passed": False, "score": 0.0,
+            "max_score": float(q.points), "feedback": reason, "reason": reason, "mistake": None}
+
+
+def short_reason(text: str) -> str:
+    """``text`` on one line, at most ``REASON_CHARS`` characters (for grades.csv and the summary)."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
+
+
+class RunInputs:
+    """The secret inputs of a grading job: each run of each submission draws its own
+    (:func:`autograder.judging.secret.run_salt`, keyed by a secret of this job), with the
+    arrays of that run's questions only; ``key=None``: the public inputs everywhere
+    (``--public-inputs``)."""
+
+    def __init__(self, key: bytes | None):
+        if key is not None and len(key) < 16:
+            raise ValueError("the secret key of a grading job must have at least 16 bytes")
+        self.key = key
+
+    def for_submission(self, student: str, assignment: str):
+        """``(run, qids) -> (blob, source)`` for :func:`autograder.hosts.driver.run_submission`."""
+        from autograder.judging.secret import SaltedSource, run_inputs, run_salt
+        from autograder.questions.inputs import PublicSource
+
+        def draw(run: int, qids) -> tuple[bytes, object]:
+            source = PublicSource() if self.key is None else \
+                SaltedSource(run_salt(self.key, student, assignment, run, qids))
+            return run_inputs(qids, source), source
+
+        return draw
+
+
+def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> dict:
+    """Grade one submission (in a worker process): sandboxed run, then judge every question.
+    ``inputs``: the job's secret inputs (None: the public ones); each run of the notebook gets
+    its own, and each question is judged on those of the run that probed it."""
+    import autograder
+    from autograder.hosts.driver import run_submission
+    from autograder.judging import preflight
+    from autograder.judging.judge import judge_outcome
+    from autograder.judging.scan import flags as scan_flags
+    from autograder.judging.scan import held_reason
+    from autograder.student.cells import code_cells
+
+    start = time.monotonic()
+    qs = [autograder.question(qid) for qid in task.qids]
+    result = {"student": task.student, "assignment": task.assignment, "digest": task.digest,
+              "notebook": os.path.basename(task.notebook) if task.notebook else None,
+              "reason": task.note, "status": "ok", "questions": []}
+
+    def finish(rows, reason=""):
+        if reason:
+            result["reason"] = "; ".join(r for r in (task.note, reason) if r)
+        result["questions"] = rows
+        result["score"] = sum(r["score"] for r in rows)
+        result["max_score"] = sum(r["max_score"] for r in rows)
+        result["seconds"] = round(time.monotonic() - start, 3)
+        return result
+
+    if not qs:
+        result["status"] = "unknown-assignment"
+        return finish([], f"no questions are defined for assignment {task.assignment!r}")
+    if task.notebook is None:
+        result["status"] = "missing"
+        return finish([_zero(q, task.note) for q in qs], task.note)
+    size = os.path.getsize(task.notebook)
+    if size > MAX_NOTEBOOK_MB << 20:
+        result["status"] = "invalid"
+        reason = f"the notebook is {size >> 20} MB, more than the {MAX_NOTEBOOK_MB} MB accepted"
+        return finish([_zero(q, reason) for q in qs], reason)
+    raw = Path(task.notebook).read_bytes()
+    too_big = preflight.problem(raw)
+    if too_big:
+        result["status"] = "invalid"
+        return finish([_zero(q, too_big) for q in qs], too_big)
+    cells, problem = code_cells(raw)
+    if problem:
+        result["status"] = "invalid"
+        reason = f"the notebook could not be read: {problem}; nothing could be graded"
+        return finish([_zero(q, reason) for q in qs], reason)
+
+    if inputs is None:
+        inputs = RunInputs(None)
+    outcome = run_submission(zygote, raw, task.qids, limits, name=os.path.basename(task.notebook),
+                             inputs=inputs.for_submission(task.student, task.assignment))
+    result["status"] = outcome.status
+    result["run_seconds"] = round(outcome.seconds, 3)
+    try:
+        flags = scan_flags(cells)
+    except Exception:  # noqa: BLE001 - a scan that fails holds nothing; the scores are still computed
+        flags = []
+    result["flags"] = [f.text() for f in flags]
+    rows = []
+    for q in qs:
+        verdict = judge_outcome(q, outcome, cells, flags=flags)
+        row = verdict.to_dict()
+        row.pop("flags", None)
+        row["title"] = q.title
+        # a flag holds the score for review: the automatic score stays, the reason says why
+        row["reason"] = "; ".join(r for r in (held_reason(verdict.held),
+                                              "" if verdict.passed else short_reason(verdict.feedback)) if r)
+        rows.append(row)
+    return finish(rows, outcome.reason)
+
+
+def error_result(task: Task, reason: str) -> dict:
+    """The result of a submission the grader itself failed on (an exception, a job that died)."""
+    import autograder
+    rows = [_zero(autograder.question(qid), reason) for qid in task.qids]
+    return {"student": task.student, "assignment": task.assignment, "digest": task.digest,
+            "notebook": os.path.basename(task.notebook) if task.notebook else None,
+            "reason": reason, "status": "error", "questions": rows,
+            "score": 0.0, "max_score": sum(r["max_score"] for r in rows), "seconds": 0.0}
