@@ -13,6 +13,3 @@
   :mod:`~autograder.batch.sanitize` (students' markdown in them), :mod:`~autograder.batch.report`
   (the class report), :mod:`~autograder.batch.export` (``python -m autograder export`` and ``report``).
 """
-from autograder.batch.cli import main
-
-__all__ = ["main"]      # autograder.instructor.nbtools runs the command through it

@@ -59,7 +59,7 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     from autograder.hosts.driver import run_submission
     from autograder.judging import preflight
     from autograder.judging.judge import judge_outcome
-    from autograder.judging.scan import flags as scan_flags
+    from autograder.judging.scan import flags_or_hold
     from autograder.judging.scan import held_reason
     from autograder.student.cells import code_cells
 
@@ -106,10 +106,7 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
                              inputs=inputs.for_submission(task.student, task.assignment))
     result["status"] = outcome.status
     result["run_seconds"] = round(outcome.seconds, 3)
-    try:
-        flags = scan_flags(cells)
-    except Exception:  # noqa: BLE001 - a scan that fails holds nothing; the scores are still computed
-        flags = []
+    flags = flags_or_hold(cells)       # a scan that fails holds every question for review
     result["flags"] = [f.text() for f in flags]
     rows = []
     for q in qs:

@@ -329,7 +329,7 @@ def autograde(root: Path, course: Path | None = None, csv: Path | None = None,
     autograded/ and feedback/ folders (``instructor/``). Returns the CSV path (None when
     there was nothing to grade)."""
     from autograder.batch import gradebook
-    from autograder.batch import main as grade_main
+    from autograder.batch.cli import main as grade_main
 
     course, config, paths, db_url = _course_paths(root, course)
     gradebook.require_nbgrader(db_url)

@@ -11,7 +11,7 @@ all; a submission may have twenty times that and more:
 
 Outputs do not count: the grader never runs, shows or copies a student's outputs (the
 autograded notebook has only the grader's own), so their only cost is reading the JSON,
-which the file cap (``autograder.batch.MAX_NOTEBOOK_MB``) bounds. A notebook over a limit
+which the file cap (``autograder.batch.submission.MAX_NOTEBOOK_MB``) bounds. A notebook over a limit
 gets zero on every question with the reason :func:`problem` gives, and its autograded
 copy holds that reason instead of its cells.
 """

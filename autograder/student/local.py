@@ -1,5 +1,5 @@
 """Entry point of the child process of ``python -m autograder check`` (see
-:class:`autograder.hosts.local.LocalHost`): runs :func:`autograder.student.payload.payload`
+:class:`autograder.hosts.child_process.LocalHost`): runs :func:`autograder.student.payload.payload`
 and writes its frames to a file."""
 from __future__ import annotations
 

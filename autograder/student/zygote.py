@@ -76,7 +76,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 class Feed:
     """The training data of a run, held back by the parent of the student's process (the
-    zygote; :class:`autograder.hosts.local.LocalHost` for ``check``) until the student's process
+    zygote; :class:`autograder.hosts.child_process.LocalHost` for ``check``) until the student's process
     asks for them, and the clock of the training: from the first delivery to the first
     ``result`` frame of one of ``qids``; past ``limit`` seconds the parent kills the run.
 
