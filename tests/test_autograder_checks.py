@@ -62,8 +62,17 @@ def test_catalogue_mistake_is_rejected_and_named(qid, mistake):
         assert result.score == 0
         assert result.mistake == mistake.key, result.feedback
         assert mistake.title in result.feedback
-    with pytest.raises(AssertionError, match="not yet"):
+
+
+@pytest.mark.parametrize("qid", sorted({qid for qid, _ in CATALOGUE}))
+def test_grade_raises_the_checks_feedback_on_a_wrong_answer(qid):
+    """``grade`` is ``check`` plus an AssertionError (what nbgrader counts): once per question,
+    not again for every mistake the test above already checked."""
+    mistake = entry(qid).catalogue[0]
+    wrong = mistake.answers(PARTS)[0]
+    with pytest.raises(AssertionError, match="not yet") as raised:
         autograder.grade(qid, wrong)
+    assert mistake.title in str(raised.value)
 
 
 def test_feedback_names_shapes_and_the_failing_input():
