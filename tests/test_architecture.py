@@ -66,6 +66,7 @@ def test_the_sandbox_bundle_is_the_student_side_folders():
     assert not [f for f in files if f.startswith(("judging", "hosts", "batch", "instructor"))]
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_the_bundle_imports_alone(tmp_path):
     """Every bundled module imports in a Python that sees only the bundle (and the libraries):
     nothing student-side depends on a file the sandbox does not hold; the judges are absent."""

@@ -153,6 +153,7 @@ def test_seq2seq_logits_shape_and_causality():
     assert all(changed_positions(logits, model(changed_src, tgt)))
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_seq2seq_greedy_decode_shape_determinism_and_argmax():
     model = small_seq2seq()
     src = torch.randint(0, 11, (3, 6))

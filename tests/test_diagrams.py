@@ -90,6 +90,7 @@ def test_kv_cache_diagram_draws_the_steps_it_is_asked_for():
     assert "step t = 3" in texts and "k3" in texts and "step t = 4" not in texts and "k4" not in texts
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_diagrams_module_is_not_graded_and_not_imported_by_vitref():
     import subprocess
     import sys

@@ -108,6 +108,7 @@ def test_train_steps_learns_and_is_seeded():
     assert sum(losses[-5:]) / 5 < 0.5 * sum(losses[:5]) / 5
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_train_steps_uses_the_course_schedule(monkeypatch):
     import vitref.train
 

@@ -291,6 +291,7 @@ def test_exercise_skeletons_run_under_nbval(tmp_path):
     _nbval(copies, cwd=tmp_path)
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_installing_the_course_keeps_the_installed_torch(tmp_path):
     """What the Colab set-up cell relies on: where torch & co. are already installed (as in
     Colab), `pip install <the course>` installs the course package and nothing else."""

@@ -15,6 +15,7 @@ def test_parameter_formula_counts_the_built_model(shape):
     assert vit_parameter_count(**shape) == vitref.count_parameters(vitref.ViT(**shape))
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_known_counts():
     assert vit_parameter_count(**dict(preset("cifar10-gpu").model)) == 1_205_898
     b16 = dict(img_size=224, patch_size=16, in_channels=3, num_classes=3, dim=768, depth=12, num_heads=12, mlp_dim=3072)

@@ -127,6 +127,7 @@ print("restored")
 '''
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_check_leaves_the_students_torch_as_it_found_it():
     """``check()`` bans in the student's own kernel and undoes the ban: afterwards every library
     function computes the same values and gradients, without PyTorch's "an autograd kernel was
@@ -165,6 +166,7 @@ def zygote(tmp_path_factory):
     z.close()
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_no_kernel_keyring_in_the_sandbox(zygote):
     """Keyrings are not namespaced: a key left by one run (the notebook's run where
     cross-entropy is allowed, computing it on the secret inputs) was read by the next (where it
@@ -252,6 +254,7 @@ def _processes_of(uid: int) -> list[int]:
     return found
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_a_frame_the_zygote_cannot_parse_does_not_leave_the_run_alive(zygote):
     """A header nested too deep made the zygote's watch raise: it stopped watching the run,
     whose processes (the job's student uid) lived on, and every later student of the job got

@@ -77,6 +77,7 @@ def test_salts_differ_between_runs_students_assignments_and_jobs():
         run_salt(b"short", "alice", A, 1, qids)
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_each_run_receives_only_its_own_questions_inputs_drawn_for_it():
     """The blob of a run holds exactly the inputs its questions ask for; two runs, two students
     and a re-run without ban never get the same values."""
@@ -107,6 +108,7 @@ def test_each_run_receives_only_its_own_questions_inputs_drawn_for_it():
     assert _keys(public) == _keys(ce_blob)
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 @pytest.mark.parametrize("qid", [q.id for q in autograder.questions()])
 def test_the_quick_draw_is_the_reference_draw(qid):
     """What a run receives (drawn from recipes recorded once, without running the reference)

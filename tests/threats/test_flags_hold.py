@@ -261,6 +261,7 @@ print(json.dumps(out))
 '''
 
 
+@pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_each_library_route_is_banned_in_the_students_process():
     """Under the ban of the question's key (as the sandbox installs it before the notebook
     runs; flex_attention's module is imported only afterwards, as a student would), every
