@@ -59,8 +59,9 @@ def cached_weights(name: str, cache_dir: str | Path | None = None) -> str | None
             found = try_to_load_from_cache(repo, filename, cache_dir=cache_dir, revision=revision or None)
             if isinstance(found, str) and Path(found).is_file():
                 return found
-    if cfg.url:
-        local = Path(torch.hub.get_dir()) / "checkpoints" / cfg.url.rsplit("/", 1)[-1]
+    urls = cfg.url if isinstance(cfg.url, (tuple, list)) else (cfg.url,) if cfg.url else ()
+    for url in urls:                       # timm names a URL, or several mirrors of one file
+        local = Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
         if local.is_file():
             return str(local)
     return None
