@@ -14,10 +14,17 @@ torchvision, :func:`classify` names the top classes with the ImageNet-1k class n
 inside torchvision (no download), and :func:`attention_maps` returns the class-token maps and
 the attention rollout of :mod:`vitref.viz` for the photo. Offline, ``pretrained=False`` runs
 the same pipeline with randomly initialised weights (that is how the tests check it).
+
+:func:`availability` is the guard the book uses: it says, without any network call, whether the
+weights are already on this machine (timm's Hugging Face or torch-hub cache) or may be
+downloaded (in Colab, or with ``VITREF_DOWNLOAD=1``), and otherwise how to get them.
 """
 from __future__ import annotations
 
 import math
+import os
+import sys
+from pathlib import Path
 
 import torch
 
@@ -31,16 +38,69 @@ def imagenet_categories() -> list[str]:
     return list(ViT_B_16_Weights.IMAGENET1K_V1.meta["categories"])
 
 
-def load_timm_vit(name: str = "vit_tiny_patch16_224", pretrained: bool = True, return_timm: bool = False):
+# The files timm looks for in a Hugging Face repository, in its order (timm.models.load_state_dict_from_hf).
+HF_WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+
+
+def cached_weights(name: str, cache_dir: str | Path | None = None) -> str | None:
+    """The local file of timm's pretrained weights for the model ``name``, or ``None`` when they are not
+    on this machine. Looks in the Hugging Face cache (``cache_dir``, default ``HF_HUB_CACHE``) and, for
+    weights timm fetches by URL, torch hub's checkpoint folder; never touches the network."""
+    import timm
+    from huggingface_hub import try_to_load_from_cache
+
+    cfg = timm.models.get_pretrained_cfg(name)
+    if cfg is None:
+        raise ValueError(f"timm has no pretrained weights named {name!r}")
+    if cfg.hf_hub_id:
+        repo, _, revision = cfg.hf_hub_id.partition("@")
+        names = (cfg.hf_hub_filename,) if cfg.hf_hub_filename else HF_WEIGHT_FILES
+        for filename in names:
+            found = try_to_load_from_cache(repo, filename, cache_dir=cache_dir, revision=revision or None)
+            if isinstance(found, str) and Path(found).is_file():
+                return found
+    urls = cfg.url if isinstance(cfg.url, (tuple, list)) else (cfg.url,) if cfg.url else ()
+    for url in urls:                       # timm names a URL, or several mirrors of one file
+        local = Path(torch.hub.get_dir()) / "checkpoints" / url.rsplit("/", 1)[-1]
+        if local.is_file():
+            return str(local)
+    return None
+
+
+def download_allowed() -> bool:
+    """Whether this session may download weights: in Colab, or where ``VITREF_DOWNLOAD`` is set (not 0)."""
+    return "google.colab" in sys.modules or os.environ.get("VITREF_DOWNLOAD", "") not in ("", "0")
+
+
+def availability(name: str, cache_dir: str | Path | None = None) -> tuple[str | None, str]:
+    """How the pretrained weights of ``name`` can be had here, without trying the network.
+
+    Returns ``(source, sentence)``: ``source`` is the local file (already downloaded), ``"download"``
+    (:func:`download_allowed`), or ``None`` (neither: the sentence says how to run it elsewhere)."""
+    local = cached_weights(name, cache_dir)
+    if local is not None:
+        return local, f"The pretrained weights of `{name}` are on this machine (`{local}`)."
+    if download_allowed():
+        return "download", f"The pretrained weights of `{name}` will be downloaded (about 350 MB for ViT-B/16)."
+    return None, (f"This part needs the pretrained weights of `{name}`, which are not on this machine, and this "
+                  "build does not download them. Run the notebook in Colab (it downloads them there), or where "
+                  "there is internet with `VITREF_DOWNLOAD=1` set; once downloaded, they are found in the "
+                  "Hugging Face cache.")
+
+
+def load_timm_vit(name: str = "vit_tiny_patch16_224", pretrained: bool = True, return_timm: bool = False,
+                  weights_file: str | None = None):
     """``(vitref.ViT, data_config)`` [and the timm model] for the timm ViT ``name``.
 
     ``data_config`` is timm's preprocessing for the model: ``input_size``, ``interpolation``,
-    ``mean``, ``std``, ``crop_pct``. ``pretrained=True`` downloads the weights (needs internet).
+    ``mean``, ``std``, ``crop_pct``. ``pretrained=True`` downloads the weights (needs internet),
+    unless ``weights_file`` names a local copy (e.g. from :func:`cached_weights`): then nothing is downloaded.
     """
     import timm
     from timm.data import resolve_data_config
 
-    timm_model = timm.create_model(name, pretrained=pretrained).eval()
+    overlay = {"file": str(weights_file)} if pretrained and weights_file else None
+    timm_model = timm.create_model(name, pretrained=pretrained, pretrained_cfg_overlay=overlay).eval()
     model = from_timm(timm_model).eval()
     config = resolve_data_config({}, model=timm_model)
     return (model, config, timm_model) if return_timm else (model, config)
@@ -88,4 +148,5 @@ def attention_maps(model, image, config: dict) -> dict:
     return dict(input=x, logits=logits, cls_maps=cls_attention_maps(attentions)[0], rollout=rollout_map(attentions)[0])
 
 
-__all__ = ["imagenet_categories", "load_timm_vit", "preprocess", "classify", "attention_maps"]
+__all__ = ["imagenet_categories", "cached_weights", "download_allowed", "availability", "load_timm_vit", "preprocess",
+           "classify", "attention_maps"]

@@ -1,0 +1,82 @@
+"""Experiments of chapter 7 that train several small models: accuracy against training-set size.
+
+:func:`data_size_curve` trains the course's ViT (:func:`vitref.train.train`, its recipe) and the small
+CNN (:func:`vitref.teacher.train_teacher`, the ``ConvTeacher``) on the first ``n`` training images for
+the same number of epochs, for each ``n`` in ``sizes``, and scores both on the same test images with a
+single view. Everything is counted (epochs, seeds, threads), never timed, so the numbers are the same
+at every run with the same PyTorch on the same kind of processor.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+
+from . import data as vdata
+from .training import evaluate, train
+from .training.teacher import train_teacher
+
+
+def data_size_curve(sizes, epochs: float, *, dataset: str = "fashion-mnist", seed: int = 0, threads: int = 1,
+                    test_limit: int | None = None) -> list[dict]:
+    """Test accuracy of the ViT and the CNN trained for ``epochs`` epochs on the first ``n`` training
+    images, for each ``n`` in ``sizes``.
+
+    Returns one row per (size, model): ``dict(size, model ('vit' or 'cnn'), accuracy, steps,
+    epochs, seconds)``; ``seconds`` is this machine's training time (the only number that varies).
+    Both models train on batches of 256 (whole batches only), so ``n`` must be at least 256.
+    """
+    if epochs <= 0:
+        raise ValueError(f"epochs must be positive, got {epochs}")
+    info = vdata.DATASET_INFO[dataset]
+    train_images, train_labels = vdata.load_tensors(dataset, train=True)
+    test_images, test_labels = vdata.load_tensors(dataset, train=False)
+    test_limit = test_limit or len(test_labels)
+    test_images, test_labels = test_images[:test_limit], test_labels[:test_limit]
+    rows = []
+    threads_before = torch.get_num_threads()
+    try:
+        for n in sizes:
+            n = int(n)
+            if not 256 <= n <= len(train_labels):
+                raise ValueError(f"training-set size {n} is outside 256 .. {len(train_labels)}")
+            _, history = train(dataset=dataset, seed=seed, threads=threads, epochs=epochs, train_limit=n,
+                               test_limit=test_limit, tta="none", eval_every_epoch=False, out=None, progress=False)
+            rows.append(dict(size=n, model="vit", accuracy=history["test_accuracy"], steps=history["steps"],
+                             epochs=history["epochs_run"], seconds=round(history["train_seconds"], 1)))
+            torch.set_num_threads(threads)
+            started = time.time()
+            cnn, summary = train_teacher(train_images[:n], train_labels[:n], info, epochs=epochs, seed=seed)
+            seconds = time.time() - started
+            result = evaluate(cnn, test_images, test_labels, info, tta="none")
+            rows.append(dict(size=n, model="cnn", accuracy=result["accuracy"], steps=summary["steps"],
+                             epochs=summary["epochs"], seconds=round(seconds, 1)))
+    finally:
+        torch.set_num_threads(threads_before)
+    return rows
+
+
+def crossing(rows, first: str = "vit", second: str = "cnn") -> dict:
+    """Where the ``first`` model's accuracy curve meets the ``second``'s, read from ``rows`` of
+    :func:`data_size_curve`: ``dict(gaps {size: first - second}, ahead_at_smallest, ahead_at_largest,
+    crosses, between (the two sizes around the first sign change, or None))``. A model is ahead when
+    its accuracy is higher; a tie counts as neither ahead (``'level'``)."""
+    accuracy = {(r["size"], r["model"]): r["accuracy"] for r in rows}
+    sizes = sorted({r["size"] for r in rows if (r["size"], first) in accuracy and (r["size"], second) in accuracy})
+    if not sizes:
+        raise ValueError(f"no size has both {first!r} and {second!r}")
+    gaps = {n: accuracy[n, first] - accuracy[n, second] for n in sizes}
+
+    def ahead(gap: float) -> str:
+        return first if gap > 0 else second if gap < 0 else "level"
+
+    between = None
+    for small, large in zip(sizes, sizes[1:]):
+        if gaps[small] * gaps[large] < 0:
+            between = (small, large)
+            break
+    return dict(gaps=gaps, ahead_at_smallest=ahead(gaps[sizes[0]]), ahead_at_largest=ahead(gaps[sizes[-1]]),
+                crosses=between is not None, between=between)
+
+
+__all__ = ["data_size_curve", "crossing"]
