@@ -194,6 +194,7 @@ RESULT = out
     assert _uids_alive(zygote.uid) == []
 
 
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_wall_timeout_kills_everything(zygote):
     start = time.monotonic()
     r, _ = run(zygote, """

@@ -177,6 +177,7 @@ def test_the_question_brings_its_own_time_and_runs_without_a_ban():
 # --------------------------------------------------------------------------- a minute each
 
 @pytest.mark.slow
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_the_course_recipe_reaches_the_target_on_one_thread():
     """The target is reachable as graded: the given FashionViT and the course's recipe, one
     thread, within the question's seconds, on the grader's kind of subset (salted)."""

@@ -117,6 +117,7 @@ def _grade(root: Path, *extra: str, timeout: float = 600) -> subprocess.Complete
 
 
 @pytest.mark.slow
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_a_30000_cell_notebook_gets_a_zero_at_once_and_the_class_is_graded(tmp_path):
     root = tmp_path / "course"
     S.write(S.load(A), root, "ann", A)
@@ -169,6 +170,7 @@ def _alive(pid: int) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_sigterm_stops_the_grader_its_jobs_and_sandboxes_and_the_next_run_resumes(tmp_path):
     root = tmp_path / "course"
     for student in ("a1", "a2"):

@@ -167,6 +167,7 @@ def grade(host, raw: bytes, timeout: float = 40.0):
 
 
 @pytest.mark.slow
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_a_model_that_looks_up_an_embedded_table_is_not_the_given_fashionvit(zygote):
     result, _ = grade(zygote, notebook("""
         TABLE = torch.randint(0, 256, (2000, 784), dtype=torch.uint8)    # an embedded copy of the test set
@@ -210,6 +211,7 @@ def test_a_model_that_looks_up_an_embedded_table_is_not_the_given_fashionvit(zyg
 
 
 @pytest.mark.slow
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_no_cell_can_find_the_training_data_before_the_probe_asks(zygote):
     result, output = grade(zygote, notebook("""
         import gc
@@ -235,6 +237,7 @@ def test_no_cell_can_find_the_training_data_before_the_probe_asks(zygote):
 
 
 @pytest.mark.slow
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_the_training_is_timed_and_stopped_by_the_grader_not_the_notebooks_clock(zygote, monkeypatch):
     monkeypatch.setitem(Q.cases[0].params, "seconds", 2)      # the grader's limits: 4.2 s overtime, 9.2 s kill
     patched = """
@@ -272,6 +275,7 @@ def test_the_training_is_timed_and_stopped_by_the_grader_not_the_notebooks_clock
 
 
 @pytest.mark.slow
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_the_check_command_times_the_training_with_its_own_clock_too(tmp_path, monkeypatch):
     """``python -m autograder check`` (a child process, no sandbox): the same hand-over and clock."""
     from autograder.hosts.child_process import check_submission
@@ -293,6 +297,7 @@ def test_the_check_command_times_the_training_with_its_own_clock_too(tmp_path, m
 
 
 @pytest.mark.slow
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_threads_and_forked_processes_share_one_cpu(zygote):
     from autograder.hosts.sandbox import Limits
     run = zygote.run(notebook("""
@@ -336,6 +341,7 @@ def test_threads_and_forked_processes_share_one_cpu(zygote):
 
 
 @pytest.mark.slow
+@pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_the_courses_solution_passes_in_the_sandbox(zygote):
     result, output = grade(zygote, notebook(_solution_cell()), timeout=30)
     assert result.passed and result.score == Q.points, result.feedback + output[-500:]
