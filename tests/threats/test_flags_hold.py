@@ -327,7 +327,7 @@ def test_report_lists_the_held_submission(held_class):
 
 @pytest.mark.slow
 def test_the_saved_result_names_the_flag_of_each_held_question(held_class):
-    from autograder.batch.report import load_results
+    from autograder.batch.state import load_results
     results = {r["student"]: r for r in load_results(held_class)}
     native = results["native"]["questions"]
     assert [q["id"] for q in native] == [q.id for q in autograder.questions(A)]
