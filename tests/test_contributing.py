@@ -11,6 +11,7 @@ import inspect
 import io
 import json
 import re
+import tokenize
 import tomllib
 from pathlib import Path
 
@@ -287,3 +288,19 @@ def test_tests_named_in_contributing_exist():
     missing = sorted(n for n in named if n not in (files if n.endswith(".py") else functions))
     assert not missing, (f"CONTRIBUTING.md names tests that do not exist: {missing}: rename them there to the "
                          f"tests that now hold the rule")
+
+
+def test_every_noqa_says_why():
+    """CONTRIBUTING asks for ``# noqa: CODE - reason``: a bare noqa hides a warning without telling
+    the next reader whether it is still needed."""
+    root = Path(__file__).resolve().parents[1]
+    bare = []
+    for folder in ("autograder", "vitref", "tests", "bench"):
+        for path in sorted((root / folder).rglob("*.py")):
+            with path.open("rb") as source:
+                comments = [t for t in tokenize.tokenize(source.readline) if t.type == tokenize.COMMENT]
+            for comment in comments:
+                found = re.search(r"#\s*noqa\b(.*)$", comment.string)
+                if found and not re.match(r":\s*[A-Z]+\d+(?:\s*,\s*[A-Z]+\d+)*\s+-\s+\S", found.group(1)):
+                    bare.append(f"{path.relative_to(root)}:{comment.start[0]}")
+    assert not bare, f"give each of these noqa its reason, as '# noqa: CODE - why': {bare}"

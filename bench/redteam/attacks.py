@@ -18,9 +18,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
-import grading_students as S  # noqa: E402
+import grading_students as S  # noqa: E402 - tests/ is put on sys.path just above
 
-from bench.redteam import keyring_cells as K  # noqa: E402
+from bench.redteam import keyring_cells as K  # noqa: E402 - after the sys.path line, kept with its sibling
 
 SDPA_SOFTMAX = '''
 def softmax(x, dim=-1):

@@ -462,11 +462,11 @@ def _decoder_forward(self, x, context, self_mask=None, *, mode):
     causal = self_mask == "causal" and mode != "no_causal"
     T = x.shape[1]
     if mode == "triu":
-        sa = lambda h: self.self_attn(h, mask=torch.triu(torch.ones(T, T)) if self_mask == "causal" else None)  # noqa: E731
+        sa = lambda h: self.self_attn(h, mask=torch.triu(torch.ones(T, T)) if self_mask == "causal" else None)  # noqa: E731 - a one-line lambda, as students write it
     elif mode == "triu1":
-        sa = lambda h: self.self_attn(h, mask=torch.triu(torch.ones(T, T), 1) if self_mask == "causal" else None)  # noqa: E731
+        sa = lambda h: self.self_attn(h, mask=torch.triu(torch.ones(T, T), 1) if self_mask == "causal" else None)  # noqa: E731 - a one-line lambda, as students write it
     else:
-        sa = lambda h: self.self_attn(h, causal=causal)  # noqa: E731
+        sa = lambda h: self.self_attn(h, causal=causal)  # noqa: E731 - a one-line lambda, as students write it
     if mode == "post_ln":
         x = self.norm1(x + sa(x))
         x = self.norm2(x + self.cross_attn(x, context))
