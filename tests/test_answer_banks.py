@@ -16,8 +16,7 @@ from collections import Counter
 import pytest
 
 import autograder
-from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
-from answers.bank import HERE, MIN_WRONG, Says, answer_name, chapter_file, load, named
+from answers.bank import HERE, MIN_WRONG, Says, answer_name, chapter_file, load, named, solutions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -88,17 +87,21 @@ def test_banks_are_for_known_questions_only():
 
 
 def test_every_question_has_a_solution():
-    assert set(S.ANSWERS) == set(CHAPTER), "tests/answers/solutions.py's ANSWERS needs one entry per question"
+    missing = sorted(set(CHAPTER) - set(solutions()))
+    assert not missing, (f"no solution for {missing}: add it to the question's chapter file in tests/answers/ "
+                         f"with @solution(\"<id>\"), written as the solutions notebook writes it")
+    unknown = sorted(set(solutions()) - set(CHAPTER))
+    assert not unknown, f"solutions for questions that do not exist: {unknown}"
 
 
 # --------------------------------------------------------------------------- the answers
 
 @pytest.mark.parametrize("qid", [q.id for q in QUESTIONS if not q.seconds])
 def test_solution_passes(qid):
-    result = autograder.check(qid, S.ANSWERS[qid])
+    result = autograder.check(qid, solutions()[qid])
     assert result.passed, result.feedback
     assert result.score == result.max_score == autograder.question(qid).points
-    assert autograder.grade(qid, S.ANSWERS[qid]).passed
+    assert autograder.grade(qid, solutions()[qid]).passed
 
 
 @pytest.mark.parametrize("qid, answer", CORRECT, ids=_ids(CORRECT))
@@ -126,3 +129,23 @@ def test_named_reads_keys_words_and_both():
     assert named(Result, "no_bias") and not named(Result, "relu")
     assert named(Result, Says("no bias")) and not named(Result, Says("has a bias"))
     assert named(Result, ("no_bias", Says("On input"))) and not named(Result, ("no_bias", Says("eval mode")))
+
+
+def test_a_solution_lives_in_one_place(monkeypatch):
+    """A new question's solution is ``@solution`` in its bank; ``solutions()`` finds it, refuses a
+    second one and refuses a question whose solution is both there and in solutions.py."""
+    from answers import bank as B
+    from answers.solutions import ANSWERS
+
+    def toy_answer(x):
+        return x
+
+    monkeypatch.setitem(B.BANKS, "toy", B.Bank("toy"))
+    B.solution("toy")(toy_answer)
+    assert solutions()["toy"] is toy_answer
+    with pytest.raises(AssertionError, match="two @solution"):
+        B.solution("toy")(toy_answer)
+    old = next(iter(ANSWERS))
+    monkeypatch.setitem(B.BANKS, old, B.Bank(old, solution=toy_answer))
+    with pytest.raises(AssertionError, match="keep one"):
+        solutions()

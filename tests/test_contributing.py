@@ -23,7 +23,7 @@ from torch import nn
 import autograder
 import vitref
 from answers import solutions as S            # tests/answers (tests/ is on sys.path under pytest)
-from answers.bank import variants
+from answers.bank import solutions, variants
 from autograder.judging import catalogue
 from autograder.judging.catalogue import entry
 from autograder.instructor import nbtools
@@ -100,7 +100,7 @@ def test_every_chapter_module_registers_only_its_own_chapter():
 
 
 # ------------------------------------------------------------------ a question
-# (tests/test_answer_banks.py: a solution in tests/answers/solutions.py and an answer bank;
+# (tests/test_answer_banks.py: a solution (@solution in the bank, or solutions.py's ANSWERS) and an answer bank;
 # tests/test_autograder_checks.py: >= 3 catalogued mistakes, each rejected and named;
 # tests/test_notebooks.py: one test cell per question in its solutions notebook,
 # print(autograder.grade("<id>", <answer>)), with the question's points)
@@ -117,10 +117,12 @@ def test_every_question_has_a_correct_variant_and_every_variant_a_question():
 
 
 def test_the_solution_fixture_is_named_as_the_answer():
-    """tests/answers/solutions.py defines what the notebook defines, under the same name."""
+    """The tests' solution defines what the notebook defines, under the same name."""
+    found = solutions()
     for q in QUESTIONS:
         if q.kind != "value":                    # a value answer is a number, not a named object
-            assert S.ANSWERS[q.id].__name__ == q.answer_name, q.id
+            assert found[q.id].__name__ == q.answer_name, (
+                f"{q.id}: the tests' solution is named {found[q.id].__name__}, the notebook's {q.answer_name}")
 
 
 def test_every_catalogue_entry_belongs_to_a_question():

@@ -9,8 +9,7 @@ from pathlib import Path
 import pytest
 
 import autograder
-from answers.bank import right_answers
-from answers.solutions import ANSWERS
+from answers.bank import right_answers, solutions
 from autograder.judging.scan import FLAG_KINDS, flags, held_reason, holds, scan_object, scan_source
 from autograder.student.cells import code_cells
 
@@ -28,7 +27,7 @@ def _cells(path: Path) -> list[str]:
 
 def _right_answers() -> list[tuple[str, object]]:
     """Every right answer the tests know: the solutions, the variants and the realistic ones."""
-    return [(qid, answer) for qid, answer in ANSWERS.items()] + right_answers()
+    return list(solutions().items()) + right_answers()
 
 
 def test_the_fixtures_are_found():

@@ -3,8 +3,10 @@
 One file per chapter, named for the chapter (``autograder.question(qid).chapter``, e.g.
 ``03_attention`` -> ``tests/answers/ch03_attention.py``), holds the banks of all its questions:
 
-* the **solution**: ``ANSWERS[qid]`` in ``tests/answers/solutions.py`` (one file, because it is also
-  a whole submission that the CLI, bench and threat tests hand to the autograder);
+* the **solution**: ``@solution(qid)`` in the chapter file, or, for the questions that predate the
+  banks, ``ANSWERS[qid]`` in ``tests/answers/solutions.py`` (also a whole submission that the CLI,
+  bench and threat tests hand to the autograder); :func:`solutions` gives both, and a question has
+  exactly one;
 * ``@variant(qid)``: other correct formulations (loops, numpy, float64, other layouts...);
 * ``@right(qid, ...)``: correct answers written the way students write them;
 * ``@wrong(qid, expected)`` (or ``wrong_list(qid, [(answer, expected), ...])``): realistic wrong
@@ -59,6 +61,7 @@ def lacks(words: str) -> Lacks:
 @dataclass
 class Bank:
     qid: str
+    solution: Any = None                             # @solution(qid): the notebook's answer
     variants: list = field(default_factory=list)
     right: list = field(default_factory=list)
     wrong: list = field(default_factory=list)        # (answer, expected)
@@ -80,6 +83,30 @@ def _check_expected(expected: Any) -> None:
     parts = expected if isinstance(expected, tuple) else (expected,)
     assert parts and all(isinstance(p, (str, Says, Lacks)) for p in parts), (
         f"expected must be a catalogue key, says('words') or a tuple of them, not {expected!r}")
+
+
+def solution(qid: str):
+    """The question's solution, as the solutions notebook writes it."""
+    def register(obj):
+        assert bank(qid).solution is None, f"{qid} has two @solution answers"
+        bank(qid).solution = obj
+        bank(qid).modules.add(_module(obj))
+        return obj
+    return register
+
+
+def solutions() -> dict[str, Any]:
+    """Every question's solution: ``tests/answers/solutions.py``'s ``ANSWERS`` and the banks'
+    ``@solution``; a question with both fails (one solution, one place)."""
+    from .solutions import ANSWERS
+
+    merged = dict(ANSWERS)
+    for qid, b in load().items():
+        if b.solution is not None:
+            assert qid not in merged, (f"{qid} has a solution in tests/answers/solutions.py and a @solution in "
+                                       f"its chapter file: keep one")
+            merged[qid] = b.solution
+    return merged
 
 
 def variant(qid: str):
