@@ -261,11 +261,6 @@ def patches_h_w_swapped(images, patch_size):
     return rearrange(images, "b c (w s1) (h s2) -> b (h w) (s1 s2 c)", s1=patch_size, s2=patch_size)
 
 
-@wrong("patches", "interleaved")
-def patches_strided_2(images, patch_size):
-    return rearrange(images, "b c (p1 h) (p2 w) -> b (h w) (p1 p2 c)", p1=patch_size, p2=patch_size)
-
-
 @wrong("patches", "transposed_patch")
 def patches_columns_inside(images, patch_size):
     B, C, H, W = images.shape
@@ -295,11 +290,6 @@ def patches_forced_float32(images, patch_size):
 
 # =============================================================================== 01 embedding
 @right("embedding_lookup")
-def embed_eye_2(token_ids, weight):
-    return torch.eye(weight.shape[0], dtype=weight.dtype)[token_ids] @ weight
-
-
-@right("embedding_lookup")
 def embed_scatter_2(token_ids, weight):
     one_hot = torch.zeros(*token_ids.shape, weight.shape[0], dtype=weight.dtype)
     one_hot.scatter_(-1, token_ids.unsqueeze(-1), 1.0)
@@ -309,16 +299,6 @@ def embed_scatter_2(token_ids, weight):
 @right("embedding_lookup")
 def embed_einsum(token_ids, weight):
     return torch.einsum("...v,vd->...d", F.one_hot(token_ids, weight.shape[0]).type_as(weight), weight)
-
-
-@wrong("embedding_lookup", "one_hot_classes")
-def embed_no_num_classes_2(token_ids, weight):
-    return F.one_hot(token_ids).to(weight.dtype) @ weight
-
-
-@wrong("embedding_lookup", says("works with float32 inputs but raises"))
-def embed_float_one_hot_2(token_ids, weight):
-    return F.one_hot(token_ids, weight.shape[0]).float() @ weight
 
 
 @wrong("embedding_lookup", says("works with float32 inputs but raises"))

@@ -175,17 +175,6 @@ def pe_cos_as_shifted_sin(seq_len, d, n=10000):
     return P
 
 
-@right("q1")
-def pe_exp_log_2(seq_len, d, n=10000):
-    P = np.zeros((seq_len, d))
-    for k in range(seq_len):
-        for i in np.arange(int(d / 2)):
-            denominator = np.exp(2 * i / d * np.log(n))
-            P[k, 2 * i] = np.sin(k / denominator)
-            P[k, 2 * i + 1] = np.cos(k / denominator)
-    return P
-
-
 def _pe(angle, first=np.sin, second=np.cos, start=0):
     def getPositionEncoding(seq_len, d, n=10000):
         P = np.zeros((seq_len, d))

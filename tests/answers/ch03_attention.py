@@ -176,7 +176,7 @@ def softmax_sum_last(x, dim=-1):
     return e / e.sum(-1, keepdim=True)
 
 
-@wrong("softmax", says("although the inputs"))
+@wrong("softmax", says("is float32 although the inputs"))
 def softmax_float(x, dim=-1):
     x = x.float()
     e = torch.exp(x - x.amax(dim=dim, keepdim=True))
@@ -542,41 +542,16 @@ def softmax_last_axis_2(x, dim=-1):
     return e / e.sum(dim=-1, keepdim=True)
 
 
-@wrong("softmax", "global_max")
-def softmax_global_max_2(x, dim=-1):
-    e = torch.exp(x - torch.max(x))
-    return e / e.sum(dim=dim, keepdim=True)
-
-
 @wrong("softmax", "no_keepdim")
 def softmax_sum_no_keepdim(x, dim=-1):
     e = torch.exp(x - x.amax(dim=dim, keepdim=True))
     return e / e.sum(dim=dim)
 
 
-@wrong("softmax", "max_namedtuple")
-def softmax_max_tuple_2(x, dim=-1):
-    e = torch.exp(x - x.max(dim=dim, keepdim=True))
-    return e / e.sum(dim=dim, keepdim=True)
-
-
-@wrong("softmax", says("is float32 although the inputs"))
-def softmax_float_2(x, dim=-1):
-    x = x.float()
-    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
-    return e / e.sum(dim=dim, keepdim=True)
-
-
 @wrong("softmax", says("do not sum to 1"))
 def softmax_sum_wrong_axis(x, dim=-1):
     e = torch.exp(x - x.amax(dim=dim, keepdim=True))
     return e / e.sum(dim=0, keepdim=True)
-
-
-@wrong("softmax", "min_subtraction")
-def softmax_min_shift_2(x, dim=-1):
-    e = torch.exp(x - x.amin(dim=dim, keepdim=True))
-    return e / e.sum(dim=dim, keepdim=True)
 
 
 # =============================================================================== 03 attention

@@ -797,22 +797,3 @@ class LoopMean2(nn.Module):
         out = self.projection(sum(r[0] for r in results) / len(results))
         return (out, torch.stack([r[1] for r in results], 1)) if return_attention else out
 
-
-@wrong("mha_loop", says("is float32 although the inputs"))
-class LoopFloat32_2(nn.Module):
-    def __init__(self, emb_size, num_heads):
-        super().__init__()
-        self.heads = nn.ModuleList([S.AttentionHead(emb_size, emb_size // num_heads) for _ in range(num_heads)])
-        self.projection = nn.Linear(emb_size, emb_size)
-
-    def forward(self, x, mask=None, return_attention=False):
-        B, N, E = x.shape
-        out = torch.zeros(B, N, E)
-        ws = torch.zeros(B, len(self.heads), N, N)
-        d = E // len(self.heads)
-        for i, head in enumerate(self.heads):
-            o, w = head(x, mask)
-            out[..., i * d:(i + 1) * d] = o
-            ws[:, i] = w
-        out = self.projection(out.to(x.dtype))
-        return (out, ws) if return_attention else out
