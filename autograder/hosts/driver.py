@@ -14,6 +14,8 @@ payload probes each in its own fork).
 """
 from __future__ import annotations
 
+import hmac
+import secrets
 import time
 from dataclasses import dataclass, field
 
@@ -38,6 +40,19 @@ class Outcome:
     def missing_reason(self, question) -> str:
         why = self.failure or "the notebook's process stopped before this answer was checked"
         return f"{question.title}: not checked: {why}"
+
+
+UNSIGNED = ("a result for this question came from the notebook's own code, not from the checker's probe "
+            "(a notebook must not write the checker's frames)")
+
+
+def signed_by_probe(header: dict, blob: bytes, key: bytes) -> bool:
+    """Whether a result frame carries the run's MAC (:func:`autograder.student.guard.sign`)."""
+    mac = header.get("mac")
+    if not isinstance(mac, str):
+        return False
+    expected = hmac.new(key, wire.signed_bytes(header, blob), "sha256").hexdigest()
+    return hmac.compare_digest(mac.encode("ascii", "replace"), expected.encode())
 
 
 def options_for(timeout: float) -> dict:
@@ -153,7 +168,11 @@ def _run_group(host, raw, qids, ban, limits, name, draw, outcome, state) -> None
                                                                f"limit of {limits.timeout:g} s"})
             break
         outcome.attempts += 1
-        options = dict(options_for(float(limits.timeout)), timeout=left, skip_cells=list(skip), ban=ban)
+        # a secret of this run: the probe's result frames carry its MAC, which only the audit hook in the
+        # student's process can compute, and only for data no frame of the student's code is making
+        key = secrets.token_bytes(32)
+        options = dict(options_for(float(limits.timeout)), timeout=left, skip_cells=list(skip), ban=ban,
+                       frame_key=key.hex())
         run = host.run(raw, todo, limits, name=name, options=options, inputs=inputs, timeout=left)
         done, last = False, None
         for header, blob in wire.frames(run.data):
@@ -180,6 +199,10 @@ def _run_group(host, raw, qids, ban, limits, name, draw, outcome, state) -> None
                                      f"later runs of the notebook skip it")
             elif kind == "result" and header.get("qid") in todo:
                 if header["qid"] in clocked and header["qid"] in outcome.probes:
+                    continue
+                if not signed_by_probe(header, blob, key):
+                    if "data" not in outcome.probes.get(header["qid"], {}):
+                        outcome.probes[header["qid"]] = {"unavailable": UNSIGNED}
                     continue
                 try:
                     data = wire.read_result(header, blob)

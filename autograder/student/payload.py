@@ -35,35 +35,58 @@ import sys
 import time
 
 from ..questions import inputs, question
-from . import wire
+from . import guard, wire
 from .ban import install
-from .cells import CellTimeout, Shell, SubmissionError, _on_alarm, read_cells, run_cells
+from .cells import CellTimeout, SubmissionError, _on_alarm, read_cells, run_cells
 from .probe import probe
 
 GRACE = 1.0          # seconds kept back from the sandbox's hard limit for sending results
 INPUTS_FILE = ".autograder-inputs.npz"
+REAP_WAIT = 10.0     # seconds to wait for init's answer to a reap request
 
-
-class _BlockGrader:
-    """Meta-path finder that refuses ``vitref`` (answers must not use the reference) and the
-    grader's side of the autograder (in the sandbox they are absent anyway)."""
-
-    ALLOWED = ("autograder.student", "autograder.questions")
+# What the notebook's code sees of the checker, defined apart from this module: their globals are a
+# namespace of their own, so nothing reached from them (a method's __globals__) leads to the payload.
+# This module defines no class for the same reason (object.__subclasses__() lists every class).
+_STUBS = '''
+class BlockGrader:
+    """Refuses vitref (answers must not use the reference) and every module of the checker."""
 
     def find_spec(self, name, path=None, target=None):
         if name == "vitref" or name.startswith("vitref."):
             raise ModuleNotFoundError(
                 f"No module named {name!r} (vitref, the course's reference implementation, is not available "
                 f"while answers are checked)", name=name)
-        if name.startswith("autograder.") and not name.startswith(self.ALLOWED):
+        if name.startswith("autograder."):
             raise ModuleNotFoundError(f"No module named {name!r} (the checker's own code is not available "
                                       f"while answers are checked)", name=name)
         return None
 
 
-def _noop_check(qid=None, answer=None, *args, **kwargs):
-    """``autograder.check``/``grade`` while a notebook is graded: the test cells do nothing."""
+def check(qid=None, answer=None, *args, **kwargs):
+    """autograder.check/grade while a notebook is graded: the test cells do nothing."""
     return None
+
+
+class Shell:
+    """Stand-in for get_ipython(): magics and shell commands do nothing."""
+
+    def __getattr__(self, name):
+        return lambda *args, **kwargs: None
+
+
+def get_ipython():
+    return Shell()
+
+
+def display(*args, **kwargs):
+    return None
+'''
+
+
+def _stubs() -> dict:
+    namespace: dict = {"__name__": "autograder"}
+    exec(compile(_STUBS, "<the checker's stand-ins>", "exec"), namespace)  # noqa: S102 - our own constant code
+    return namespace
 
 
 def _load_inputs(path: str, options: dict):
@@ -78,7 +101,7 @@ def _load_inputs(path: str, options: dict):
     return wire.read_inputs(blob)
 
 
-def _fetch_held(emit, fd: int) -> dict:
+def _fetch_held(emit, fd: int, source_class=None) -> dict:
     """Ask the host for the inputs it held back (the training data: hosts/training.py) and
     read them from ``fd``, where they arrive length-prefixed. The host's clock of the training
     starts now."""
@@ -95,7 +118,7 @@ def _fetch_held(emit, fd: int) -> dict:
         return b"".join(chunks)
 
     size = int.from_bytes(read(4), "big")
-    return wire.read_inputs(read(size)).arrays if size else {}
+    return wire.read_inputs(read(size), source_class).arrays if size else {}
 
 
 def payload(path: str, qids: list[str], emit, options: dict) -> None:
@@ -118,10 +141,8 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
         emit(wire.frame({"event": "done"}))
         return
     if options.get("data_fd") is not None and hasattr(source, "fetch"):
-        source.fetch = lambda: _fetch_held(emit, int(options["data_fd"]))
-    sys.meta_path.insert(0, _BlockGrader())
-    stub = sys.modules["autograder"]       # the bundle's package: test cells call its check()/grade()
-    stub.check = stub.grade = _noop_check
+        data_fd, provided = int(options["data_fd"]), inputs.ProvidedSource
+        source.fetch = lambda: _fetch_held(emit, data_fd, provided)
     questions = {qid: question(qid) for qid in qids}
     try:
         cells = read_cells(path)
@@ -129,21 +150,25 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
         emit(wire.frame({"event": "invalid", "reason": str(error)}))
         emit(wire.frame({"event": "done"}))
         return
+    reap_fd = options.get("reap_fd")
+    namespace = _lock(bytes.fromhex(str(options.pop("frame_key", "") or "")))
+    changed = guard.seal()          # what the probes rely on, as it is before the first cell
+    guard.hide()
+    sign = guard.sign
 
     long_probes = sum(float(q.seconds) for q in questions.values())     # training questions: their own time
     reserve = long_probes + min(probe_cap * len(questions), max(deadline - long_probes - time.monotonic(), 0) / 2)
-    namespace = {"__name__": "__main__", "get_ipython": lambda: Shell(), "display": lambda *a, **k: None}
     timed_out: list[int] = []
     errors = run_cells(cells, namespace, skip=skip,
                        budget=lambda index: min(cell_cap, deadline - reserve - time.monotonic()),
                        on_cell=lambda index: emit(wire.frame({"event": "cell", "index": index})),
                        timed_out=timed_out)
     emit(wire.frame({"event": "cells", "count": len(cells), "errors": errors[:20], "timed_out": timed_out}))
-    if options.get("own_pid_namespace"):
-        _stop_strays()
+    _await_reap(reap_fd)
 
     for qid, q in questions.items():
         emit(wire.frame({"event": "probe", "qid": qid}))
+        _await_reap(reap_fd)
         if q.answer_name not in namespace:
             data = {"qid": qid, "fatal": f"no object named {q.answer_name} in the notebook"
                     + (f" (a cell raised an error: {errors[0]})" if errors else ""), "cases": []}
@@ -154,54 +179,54 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
             emit(wire.frame({"event": "unavailable", "qid": qid,
                              "reason": "not checked: the notebook used up the time limit"}))
             continue
-        _probe_in_fork(q, namespace[q.answer_name], source, budget, emit,
-                       strays=bool(options.get("own_pid_namespace")), registered=banned)
+        _probe_in_fork(q, namespace[q.answer_name], source, budget, emit, registered=banned,
+                       changed=changed, sign=sign)
     emit(wire.frame({"event": "done"}))
 
 
-def _stop_strays() -> None:
-    """In the sandbox's own pid namespace, every process but its init (1) and this one was
-    started by the notebook's cells (background workers, a fork bomb): stop them before the
-    answers are probed. ``kill(-1)`` reaches all of them at once (never the caller or init)."""
-    for _ in range(20):
-        try:
-            os.kill(-1, signal.SIGKILL)
-        except OSError:                 # ESRCH: nobody left to signal
-            pass
-        while True:
-            try:
-                if os.waitpid(-1, os.WNOHANG) == (0, 0):
-                    break
-            except ChildProcessError:
-                break
-        me = os.getpid()
-        if not [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]:
-            return
-        time.sleep(0.02)
+def _lock(key: bytes) -> dict:
+    """Before the first cell: the audit hook and vaults (:func:`autograder.student.guard.lockdown`),
+    the import blocker, the test cells' ``check``/``grade`` made no-ops, and the notebook's
+    namespace as the module ``__main__`` (the process's own ``__main__`` is the sandbox's runner)."""
+    import types
+
+    stubs = _stubs()
+    sys.meta_path.insert(0, stubs["BlockGrader"]())
+    package = sys.modules["autograder"]      # the bundle's package: test cells call its check()/grade()
+    package.check = package.grade = stubs["check"]
+    main = types.ModuleType("__main__")
+    main.__dict__.update(get_ipython=stubs["get_ipython"], display=stubs["display"])
+    sys.modules["__main__"] = main
+    guard.lockdown(guard.trusted_dirs([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]), key)
+    return main.__dict__
 
 
-def _fork(strays: bool) -> int:
-    """os.fork(), retried after stopping the notebook's stray processes when the process
-    limit is reached (-1 where fork does not exist)."""
+def _await_reap(fd) -> None:
+    """Wait until init has ended the strays (zygote._supervise) it was asked to end when this
+    process wrote its last "cells" or "probe" frame; nothing to wait for outside the sandbox."""
+    if fd is None:
+        return
+    ready, _, _ = select.select([int(fd)], [], [], REAP_WAIT)
+    if ready:
+        os.read(int(fd), 1)
+
+
+def _fork() -> int:
+    """os.fork() (-1 where fork does not exist)."""
     if not hasattr(os, "fork"):
         return -1
-    for attempt in range(5):
-        try:
-            return os.fork()
-        except BlockingIOError:
-            if not strays or attempt == 4:
-                raise
-            _stop_strays()
-    raise OSError("fork failed")
+    return os.fork()
 
 
-def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False,
-                   registered=frozenset()) -> None:
+def _probe_in_fork(q, answer, source, budget: float, emit, registered=frozenset(), changed=None,
+                   sign=None) -> None:
     """Probe ``answer`` in a forked process with the exercise's forbidden functions removed
-    (``registered``: the keys this run disabled at the dispatcher before its first cell)."""
+    (``registered``: the keys this run disabled at the dispatcher before its first cell).
+    ``changed``: :func:`autograder.student.guard.seal`'s check, made when the fork starts and before
+    it sends its result; ``sign``: the signer of the result (guard.sign)."""
     try:
         ready_r, ready_w = os.pipe()
-        pid = _fork(strays)
+        pid = _fork()
     except OSError as error:            # no process left (the notebook started too many)
         emit(wire.frame({"event": "unavailable", "qid": q.id,
                          "reason": f"checking {q.answer_name} needs a process and none could be started "
@@ -218,8 +243,12 @@ def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False,
         code = 0
         try:
             os.close(ready_r)
-            install(q.forbidden, registered=registered)
-            emit(_probe_frame(q, answer, source, budget))
+            tampered = changed() if changed is not None else []
+            if tampered:
+                emit(_tampered(q, tampered))
+            else:
+                install(q.forbidden, registered=registered)
+                emit(_probe_frame(q, answer, source, budget, changed, sign))
             os.write(ready_w, b"1")
         except BaseException:  # noqa: BLE001 - whatever happened, this process ends here
             code = 1
@@ -256,7 +285,15 @@ def _probe_in_fork(q, answer, source, budget: float, emit, strays: bool = False,
                                    f"crashed it) before a result was sent"}))
 
 
-def _probe_frame(q, answer, source, budget: float) -> bytes:
+def _tampered(q, names) -> bytes:
+    """The result of a question whose probe finds the checker's code or what it relies on changed."""
+    shown = ", ".join(sorted(set(names))[:3]) + (" ..." if len(set(names)) > 3 else "")
+    return wire.frame({"event": "unavailable", "qid": q.id,
+                       "reason": f"not checked: the notebook changed {shown}, which the checker relies on "
+                                 f"(a notebook must not modify the checker, builtins or the library's functions)"})
+
+
+def _probe_frame(q, answer, source, budget: float, changed=None, sign=None) -> bytes:
     """The result frame of one question (probed in this process, under an alarm)."""
 
     signal.signal(signal.SIGALRM, _on_alarm)
@@ -271,8 +308,11 @@ def _probe_frame(q, answer, source, budget: float) -> bytes:
                 f"{str(error)[:300]}", "cases": []}
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
+    tampered = changed() if changed is not None else []
+    if tampered:
+        return _tampered(q, tampered)
     try:
-        return wire.result_frame(q.id, data)
+        return wire.result_frame(q.id, data, sign=sign)
     except Exception as error:  # noqa: BLE001 - outputs that cannot be encoded are reported unavailable
         return wire.frame({"event": "unavailable", "qid": q.id,
                            "reason": f"the outputs of {q.answer_name} could not be recorded: {error}"})

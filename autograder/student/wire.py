@@ -95,9 +95,20 @@ def npz_bytes(arrays: dict) -> bytes:
     return buffer.getvalue()
 
 
-def result_frame(qid: str, data: dict) -> bytes:
+def result_frame(qid: str, data: dict, sign=None) -> bytes:
+    """The frame of one probe result; ``sign``: the run's signer (:func:`autograder.student.guard.sign`),
+    whose MAC of :func:`signed_bytes` goes in the header as ``mac``."""
     arrays, tree = pack(data)
-    return frame({"event": "result", "qid": qid, "tree": tree}, npz_bytes(arrays))
+    header, blob = {"event": "result", "qid": qid, "tree": tree}, npz_bytes(arrays)
+    if sign is not None:
+        header["mac"] = sign(signed_bytes(header, blob))
+    return frame(header, blob)
+
+
+def signed_bytes(header: dict, blob: bytes) -> bytes:
+    """What a result's MAC covers: its header (without the MAC) in canonical JSON, and its blob."""
+    head = {k: v for k, v in header.items() if k != "mac"}
+    return json.dumps(head, sort_keys=True, allow_nan=True).encode() + b"\0" + blob
 
 
 def _load_npz(blob: bytes, kinds: str) -> dict:
@@ -125,14 +136,16 @@ def read_result(header: dict, blob: bytes) -> dict:
 
 # ---------------------------------------------------------------- the inputs of a run
 
-def read_inputs(blob: bytes):
+def read_inputs(blob: bytes, source_class=None):
     """The inputs the grader sent (see :func:`autograder.judging.secret.pack_inputs`) as a
-    :class:`autograder.questions.inputs.ProvidedSource`."""
-    # the questions package (and torch with it) loads only where inputs are read: the hosts
-    # import this module for its frames alone
-    from ..questions.inputs import ProvidedSource
+    :class:`autograder.questions.inputs.ProvidedSource` (or ``source_class``: the payload passes
+    the class it imported before the first cell, when the grader's modules leave ``sys.modules``)."""
+    if source_class is None:
+        # the questions package (and torch with it) loads only where inputs are read: the hosts
+        # import this module for its frames alone
+        from ..questions.inputs import ProvidedSource as source_class
 
     arrays = _load_npz(blob, "biufU")
     keys = [str(k) for k in arrays.pop("keys")]
     pool = arrays.pop("pool")
-    return ProvidedSource({key: arrays[f"a{i}"] for i, key in enumerate(keys)}, pool)
+    return source_class({key: arrays[f"a{i}"] for i, key in enumerate(keys)}, pool)

@@ -208,8 +208,16 @@ def _limits(req: dict) -> None:
 #
 # The same filter makes ``sched_setaffinity`` fail (EPERM): the student process is pinned to one
 # CPU before it drops its privileges (:func:`_pin`), and neither it nor its children can widen that.
-_SECCOMP_ARCH = {"x86_64": (0xC000003E, (248, 249, 250, 203)),    # add_key, request_key, keyctl, sched_setaffinity
-                 "aarch64": (0xC00000B7, (217, 218, 219, 122))}
+#
+# And it makes ``execve``/``execveat`` fail (EPERM): once the student's process exists, no new program
+# starts in it or in anything it forks. A fresh ``python -c`` (``subprocess``, ``os.system``,
+# ``os.exec*``, ``multiprocessing``'s spawn and forkserver) would be an interpreter without the run's
+# ban, audit hook and hidden grader modules; ``fork`` stays allowed and inherits all of them (DataLoader
+# workers, an honest ``os.fork``).
+# ptrace and process_vm_readv/writev are denied too: no process of the run reads or rewrites another's memory.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, (248, 249, 250, 203, 59, 322, 101, 310, 311)),
+                 # add_key, request_key, keyctl, sched_setaffinity, execve, execveat, ptrace, process_vm_*
+                 "aarch64": (0xC00000B7, (217, 218, 219, 122, 221, 281, 117, 270, 271))}
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
 
@@ -223,8 +231,8 @@ class _SockFprog(ctypes.Structure):
 
 
 def _deny_keyrings() -> bool:
-    """Install the seccomp filter described above (needs no_new_privs); False where this
-    machine's architecture is not known here."""
+    """Install the seccomp filter described above (needs no_new_privs): the keyrings, widening the CPU
+    set and starting a program; False where this machine's architecture is not known here."""
     found = _SECCOMP_ARCH.get(os.uname().machine)
     if found is None or not hasattr(_libc, "prctl"):
         return False
@@ -265,13 +273,13 @@ def _drop_privileges(uid: int) -> None:
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)       # clears the permitted/effective capabilities
     _prctl(PR_SET_NO_NEW_PRIVS, 1)
-    _prctl(PR_SET_DUMPABLE, 1)        # let the student's own process read /proc/self
+    _prctl(PR_SET_DUMPABLE, 0)        # /proc/self/mem & co. belong to root: the process cannot rewrite itself
     if os.getuid() != uid or os.geteuid() != uid:
         raise RuntimeError("could not drop privileges")
 
 
 def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
-             workdir: str, data_r: int | None = None) -> None:
+             workdir: str, data_r: int | None = None, ack_r: int | None = None) -> None:
     """Runs in the innermost process: set up, drop privileges, run the payload."""
     root = os.geteuid() == 0
     uid = int(req["uid"]) if root else os.getuid()
@@ -301,10 +309,17 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
     except OSError:
         pass
     data_hi = fcntl.fcntl(data_r, fcntl.F_DUPFD, 100) if data_r is not None else None
+    ack_hi = fcntl.fcntl(ack_r, fcntl.F_DUPFD, 100) if ack_r is not None else None
     result_fd = os.dup2(result_w, 3, inheritable=False)
     if data_hi is not None:
         os.dup2(data_hi, 4, inheritable=False)          # the training data, when the probe asks (Feed)
-    os.closerange(5 if data_hi is not None else 4, 1 << 16)
+    if ack_hi is not None:
+        os.dup2(ack_hi, REAP_FD, inheritable=False)     # "your strays are gone" from init (_reaper)
+    kept = {3} | ({4} if data_hi is not None else set()) | ({REAP_FD} if ack_hi is not None else set())
+    for fd in range(4, REAP_FD + 1):
+        if fd not in kept:
+            os.closerange(fd, fd + 1)
+    os.closerange(REAP_FD + 1, 1 << 16)
     os.setsid()             # its own session and process group: kill(0, ...) reaches only itself
     _limits(req)
     _pin(req.get("cpu"))
@@ -312,8 +327,9 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
         _drop_privileges(uid)
     else:
         _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        _prctl(PR_SET_DUMPABLE, 0)    # (not root: /proc/self/mem then belongs to root, closed to this uid)
     if not _deny_keyrings():
-        os.write(2, b"note: the kernel keyrings stay reachable on this architecture\n")
+        os.write(2, b"note: the kernel keyrings and execve stay reachable on this architecture\n")
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(HOME=workdir, TMPDIR=workdir, PATH="/usr/bin:/bin", LANG="C.UTF-8",
@@ -331,6 +347,8 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
     options["own_pid_namespace"] = req.get("mode") != "limits"
     if data_hi is not None:
         options["data_fd"] = 4
+    if ack_hi is not None:
+        options["reap_fd"] = REAP_FD
     payload_fn(path, list(req["qids"]), emit, options)
     try:
         sys.stdout.flush()
@@ -403,8 +421,89 @@ def _fresh_tmp(size: str) -> None:
         os.close(fd)
 
 
+REAP_FD = 5                 # the student's end of init's answers to "reap" requests
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below ``root`` (by the parent pids of /proc), nearest first. Init is a
+    subreaper (or pid 1 of its namespace), so an orphan of the student's is still below it."""
+    children: dict[int, list[int]] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                fields = fh.read().rpartition(b")")[2].split()
+        except OSError:
+            continue                    # gone meanwhile
+        children.setdefault(int(fields[1]), []).append(int(name))
+    out, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop(0)
+        out.append(pid)
+        todo += children.get(pid, ())
+    return out
+
+
+def _kill_strays(keep: int) -> None:
+    """End every process below init except the student's own (``keep``): what the notebook's cells
+    or an answer left running. Runs in init, which student code cannot replace or stop; repeated
+    until none is left (a stray may fork while it is being killed)."""
+    me = os.getpid()
+    for _ in range(100):
+        found = [pid for pid in _descendants(me) if pid != keep]
+        if not found:
+            return
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        time.sleep(0.002)
+
+
+def _supervise(student: int, ctl_r: int | None, ack_w: int | None) -> int:
+    """Init's loop: reap every child until the student process itself has ended (its wait
+    status is returned), and answer each byte the zygote sends on ``ctl_r`` (one per "cells" or
+    "probe" event of the student's stream) by ending the strays and writing one byte on ``ack_w``,
+    which the student's process reads before it probes (payload._await_reap)."""
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    signal.set_wakeup_fd(wake_w)
+    watch = [wake_r] + ([ctl_r] if ctl_r is not None else [])
+    status = None
+    while True:
+        while True:
+            try:
+                done, code = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                done = 0
+            if done == 0:
+                break
+            if done == student:
+                status = code
+        if status is not None:
+            return status
+        ready, _, _ = select.select(watch, [], [])
+        if wake_r in ready:
+            os.read(wake_r, 4096)
+        if ctl_r is not None and ctl_r in ready:
+            asked = os.read(ctl_r, 4096)
+            if not asked:
+                watch.remove(ctl_r)
+                continue
+            for _ in asked:
+                _kill_strays(student)
+                try:
+                    os.write(ack_w, b"1")
+                except OSError:
+                    pass            # the student's process closed its end or stopped reading
+
+
 def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
-          status_w: int, data_r: int | None = None) -> None:
+          status_w: int, data_r: int | None = None, ctl_r: int | None = None,
+          ack: tuple[int, int] | None = None) -> None:
     """Pid 1 of the fresh pid namespace (or, in mode 'limits', a plain reaper process):
     private mounts, then fork the student process and wait for it."""
     isolated = req.get("mode") != "limits"
@@ -429,12 +528,16 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
         parent = tempfile.mkdtemp(prefix="autograder-run-")
         os.chmod(parent, 0o711)          # the student's uid must be able to reach its working folder
         workdir = os.path.join(parent, "work")
+    ack_r, ack_w = ack if ack is not None else (None, None)
     pid = os.fork()
     if pid == 0:
         code = 0
         try:
             os.close(status_w)
-            _student(req, notebook, payload_fn, result_w, output_w, workdir, data_r)
+            for fd in (ctl_r, ack_w):
+                if fd is not None:
+                    os.close(fd)
+            _student(req, notebook, payload_fn, result_w, output_w, workdir, data_r, ack_r)
         except SystemExit as exc:   # the payload should not let this through; be safe
             code = exc.code if isinstance(exc.code, int) else 1
         except BaseException:       # noqa: BLE001 - report and leave
@@ -446,26 +549,18 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
         os._exit(code)
     os.close(result_w)
     os.close(output_w)
-    if data_r is not None:
-        os.close(data_r)
+    for fd in (data_r, ack_r):
+        if fd is not None:
+            os.close(fd)
     # Reap everything (orphans of the student are re-parented to us) until the student
-    # process itself is gone; its status goes to the zygote.
-    while True:
-        try:
-            done, status = os.waitpid(-1, 0)
-        except ChildProcessError:
-            os._exit(0)
-        if done == pid:
-            break
+    # process itself is gone, ending strays when asked; its status goes to the zygote.
+    status = _supervise(pid, ctl_r, ack_w)
     if os.WIFSIGNALED(status):
         msg = f"signal {os.WTERMSIG(status)}"
     else:
         msg = f"exit {os.WEXITSTATUS(status)}"
+    _kill_strays(pid)           # mode 'limits': nothing of the run outlives it (a namespace's pid 1 leaving does this)
     if not isolated:
-        try:
-            os.killpg(pid, signal.SIGKILL)
-        except OSError:
-            pass
         import shutil
         shutil.rmtree(os.path.dirname(workdir), ignore_errors=True)
     os.write(status_w, msg.encode())
@@ -506,21 +601,21 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
     output_r, output_w = os.pipe()
     status_r, status_w = os.pipe()
     data_r, data_w = os.pipe()
+    ctl_r, ctl_w = os.pipe()            # zygote -> init: "end the strays" (one byte a request)
+    ack_r, ack_w = os.pipe()            # init -> student: "done" (one byte an answer)
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:
         try:
-            for fd in (result_r, output_r, status_r, data_w, *_PROTOCOL_FDS):
+            for fd in (result_r, output_r, status_r, data_w, ctl_w, *_PROTOCOL_FDS):
                 os.close(fd)
             if req.get("mode") != "limits":
                 _unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
             inner = os.fork()
             if inner == 0:
-                _init(req, notebook, payload_fn, result_w, output_w, status_w, data_r)
-            os.close(result_w)
-            os.close(output_w)
-            os.close(status_w)
-            os.close(data_r)
+                _init(req, notebook, payload_fn, result_w, output_w, status_w, data_r, ctl_r, (ack_r, ack_w))
+            for fd in (result_w, output_w, status_w, data_r, ctl_r, ack_r, ack_w):
+                os.close(fd)
             os.waitpid(inner, 0)
             os._exit(0)
         except BaseException:  # noqa: BLE001 - the forked child reports any failure and exits
@@ -528,8 +623,9 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
                 os.write(2, traceback.format_exc().encode())
             finally:
                 os._exit(122)
-    for fd in (result_w, output_w, status_w, data_r):
+    for fd in (result_w, output_w, status_w, data_r, ctl_r, ack_r, ack_w):
         os.close(fd)
+    os.set_blocking(ctl_w, False)
     feed = Feed(b"", float(req.get("held_limit") or 0), req.get("held_qids") or ())
     os.set_blocking(data_w, False)
     deadline = start + float(req["timeout"])
@@ -570,6 +666,8 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
                     parsed, events = frame_events(result, parsed)
                     for event, qid in events:
                         feed.on_event(event, qid, time.monotonic())
+                        if event in ("cells", "probe"):
+                            _ask_reap(ctl_w)
                     if events:
                         cell_started = time.monotonic() if events[-1][0] == "cell" else None
                 elif kind == "output":
@@ -587,8 +685,10 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
         for fd in open_fds:
             os.close(fd)
         os.close(data_w)
+        os.close(ctl_w)
         raise
     os.close(data_w)
+    os.close(ctl_w)
     if timed_out or too_big:
         os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
@@ -627,6 +727,14 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
     else:
         out.update(status="error", reason="the sandbox could not start the student process")
     return out, bytes(result)
+
+
+def _ask_reap(ctl_w: int) -> None:
+    """Ask init to end the run's strays (the student's process waits for the answer)."""
+    try:
+        os.write(ctl_w, b"r")
+    except OSError:
+        pass                    # init is gone (the run is ending) or the pipe is full: nothing to ask
 
 
 def script_payload(path: str, qids: list[str], emit, options: dict) -> None:

@@ -1,0 +1,379 @@
+"""What the student's process may no longer do once its first cell runs, enforced in the process.
+
+The grade is decided outside this process from values (CONTRIBUTING.md, "The wire format"), but what
+the probe reports about a module (its parameters, which of them are trainable, the kind of layer that
+holds each) is read here, by code that shares the interpreter with the student's. So before the first
+cell runs, :func:`lockdown`:
+
+* installs an **audit hook** (:pep:`578`; nothing can remove one) that refuses, with a
+  ``PermissionError`` that says why:
+
+  - starting another program (``subprocess``, ``os.system``, ``os.exec*``, ``posix_spawn``, ``pty``):
+    always. The grading sandbox also makes ``execve`` fail in the kernel (seccomp, see
+    :mod:`autograder.student.zygote`); this hook gives the reason in words;
+  - from the student's code (code not loaded from the Python runtime, the virtual environment or the
+    grader's bundle): ``ctypes``, the garbage collector's object lists (``gc.get_objects``,
+    ``get_referrers``, ``get_referents``; ``gc.collect`` stays), frames (``sys._getframe``,
+    ``inspect.currentframe``/``stack``, ``traceback.walk_stack``/``walk_tb``, ``tb_frame``,
+    ``gi_frame``, ``cr_frame``, ``ag_frame``, ``sys._current_frames``), tracing and profiling
+    hooks, new code objects (``CodeType``, ``code.replace``), ``marshal``, ``compile`` under a
+    library's file name, rewriting a library function's ``__code__``/``__defaults__``, moving into
+    ``/proc``, installing a signal handler (a handler is called with the frame running when the
+    signal comes: the grader's), signing a result (:func:`sign`), and importing CPython's test
+    modules or a second copy of ``gc``, ``signal``, ``ctypes``, ``marshal``. (A process's memory,
+    ``/proc/self/mem``, is closed by the kernel: the sandbox makes the process not dumpable);
+* removes the grader's modules from ``sys.modules`` (:func:`hide`), so no name, alias or import
+  reaches the probe;
+* makes the grader's classes immutable (``ProbeCase.build = ...`` is a ``TypeError``).
+
+:func:`seal` snapshots what the probes rely on (the grader's module and class namespaces, the
+closures of their functions, ``builtins``, the torch and numpy classes and modules the probe calls);
+the payload checks it when a probe's process starts and before it sends the probe's result, and a
+change there fails the question ("the notebook changed ..."): a route this hook does not close
+(``object.__subclasses__()`` to a grader class, then its functions' ``__globals__``) still has to
+change something the seal sees.
+
+What stays possible is said in the README ("What the sandbox enforces"). This module defines no class:
+a class is reachable through ``object.__subclasses__()``, and its methods' ``__globals__`` would lead to
+the hook's state.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+REFUSED = "is not allowed while your notebook is graded"
+PROGRAM_EVENTS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "pty.spawn",
+                  "os.startfile", "os.forkpty")
+FRAME_ATTRIBUTES = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"})
+GC_EVENTS = frozenset({"gc.get_objects", "gc.get_referrers", "gc.get_referents"})
+FUNCTION_DUNDERS = frozenset({"__code__", "__defaults__", "__kwdefaults__"})
+NO_IMPORT = frozenset({"_testcapi", "_testinternalcapi", "_testbuffer", "_testmultiphase", "_testsinglephase",
+                       "_testclinic", "_testimportmultiple", "_xxsubinterpreters", "_xxinterpchannels",
+                       "_xxtestfuzz", "gc", "_signal", "signal", "ctypes", "_ctypes", "marshal", "_imp", "sys",
+                       "builtins", "_thread", "_hashlib"})
+SIGNAL_EVENT = "autograder.guard.signal"
+SIGN_EVENT = "autograder.guard.sign"
+VAULT_EVENTS = (SIGNAL_EVENT, SIGN_EVENT)
+
+
+def trusted_dirs(extra=()) -> tuple[str, ...]:
+    """Folders whose files are library code (not the student's): the Python runtime, the virtual
+    environment and ``extra`` (the grader's bundle)."""
+    import sysconfig
+
+    dirs = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix, *extra) if p}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        path = sysconfig.get_paths().get(key)
+        if path:
+            dirs.add(os.path.realpath(path))
+    return tuple(sorted(d.rstrip(os.sep) + os.sep for d in dirs))
+
+
+def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
+    """Install the audit hook, the signal vault and the signing vault (see the module docstring),
+    then make the grader's classes immutable. Once per process (a fork inherits it). ``key``: the
+    run's secret for :func:`sign` (only the hook keeps it)."""
+    import _hashlib
+    import _signal
+    import _thread
+    import gc
+    import marshal  # noqa: F401 - loaded now, so that importing it later is a second copy (refused)
+    import signal as signal_module
+    import types
+
+    getframe = sys._getframe
+    root = getframe(2)        # the payload's frame (lockdown <- payload._lock <- payload)
+    get_ident = _thread.get_ident
+    set_handler = _signal.signal        # the original: only the hook holds it from now on
+    hmac_digest = _hashlib.hmac_digest
+    here = os.path.abspath(__file__)
+    signal_py = os.path.abspath(signal_module.__file__)
+    busy: set = set()
+    str_type, bytes_type, list_type, int_type = str, bytes, list, int
+    function_type, denied, exact_type = types.FunctionType, PermissionError, type
+    is_instance, any_of, length = isinstance, any, len
+    secret = bytes(key)
+    traversals = ("/../", "/./")
+    # Inside the hook only C functions and methods of built-in types run (captured above): a
+    # Python function the student could have replaced would run with the hook's frame below it.
+
+    def is_student(filename) -> bool:
+        if exact_type(filename) is not str_type:
+            return True
+        if filename.startswith("<frozen "):
+            return False
+        return not filename.startswith(trusted) or any_of([t in filename for t in traversals])
+
+    def caller(depth: int):
+        """The frame of the code that raised the event (skipping this module and signal.py)."""
+        frame = getframe(depth)
+        while frame is not None and frame.f_code.co_filename in (here, signal_py):
+            frame = frame.f_back
+        return frame
+
+    def hands_out_frames(frame) -> bool:
+        """Library functions that give frames to whoever calls them."""
+        code = frame.f_code
+        name = code.co_filename
+        return name.endswith("/inspect.py") or (name.endswith("/traceback.py")
+                                                and code.co_name in ("walk_stack", "walk_tb"))
+
+    def student_direct(frame) -> bool:
+        return frame is None or is_student(frame.f_code.co_filename) or hands_out_frames(frame)
+
+    def student_on_stack(frame) -> bool:
+        """Whether a frame of student code is between the event and the payload (below the payload
+        runs only the sandbox's runner; a thread of the student's has no payload below it)."""
+        while frame is not None and frame is not root:
+            if is_student(frame.f_code.co_filename):
+                return True
+            frame = frame.f_back
+        return False
+
+    def refuse(what: str):
+        raise denied(what + " " + REFUSED + " (the grading sandbox refuses it)")
+
+    def compiled_from_library(frame) -> bool:
+        """marshal.loads called by importlib for a .pyc of the runtime or the environment."""
+        if frame is None or frame.f_code.co_name != "_compile_bytecode":
+            return False
+        names = frame.f_locals
+        path = names.get("bytecode_path") or names.get("source_path")
+        return not is_student(path)
+
+    def hook(event, args) -> None:
+        ident = get_ident()
+        if ident in busy:
+            return
+        if event.startswith(PROGRAM_EVENTS):
+            refuse("starting another program (" + event + ")")
+        watched = (event.startswith("ctypes.") or event in GC_EVENTS or event in VAULT_EVENTS
+                   or event in ("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
+                                "code.__new__", "compile", "marshal.loads", "marshal.load", "import", "os.chdir")
+                   or (event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES)
+                   or (event == "object.__setattr__" and args[1] in FUNCTION_DUNDERS))
+        if not watched:
+            return
+        busy.add(ident)
+        try:
+            frame = caller(2)
+            if event == SIGNAL_EVENT:
+                if student_direct(frame):
+                    refuse("installing a signal handler")
+                handler = args[1]
+                set_handler(args[0], int_type(handler) if is_instance(handler, int_type) else handler)
+            elif event == SIGN_EVENT:
+                # only for data that no frame of the student's code is computing: the probe's own result
+                if student_on_stack(frame) or exact_type(args[0]) is not bytes_type \
+                        or exact_type(args[1]) is not list_type:
+                    refuse("signing a result")
+                args[1].append(hmac_digest(secret, args[0], "sha256").hex())
+            elif event.startswith("ctypes.") or event in GC_EVENTS or event == "sys._current_frames":
+                if student_on_stack(frame):
+                    refuse(event)
+            elif event in ("sys._getframe", "object.__getattr__", "sys.settrace", "sys.setprofile"):
+                if student_direct(frame):
+                    refuse(("reading " + args[1] if event == "object.__getattr__" else event)
+                           + " (a way to the checker's frames)")
+            elif event == "code.__new__":
+                if student_direct(frame):
+                    refuse("making a code object")
+            elif event == "compile":
+                name = args[1] if length(args) > 1 else None
+                if exact_type(name) is bytes_type:
+                    name = name.decode("utf-8", "replace")
+                if exact_type(name) is str_type and not is_student(name) and student_direct(frame):
+                    refuse("compiling code under a library's file name")
+            elif event in ("marshal.loads", "marshal.load"):
+                if not compiled_from_library(frame) and student_direct(frame):
+                    refuse("marshal")
+            elif event == "os.chdir":
+                path = args[0]
+                if exact_type(path) is bytes_type:
+                    path = path.decode("utf-8", "replace")
+                if exact_type(path) is not str_type or path.startswith("/proc") or path.startswith("/sys"):
+                    refuse("changing the working folder there")
+            elif event == "import":
+                if args[0] in NO_IMPORT:
+                    refuse("importing " + str_type(args[0]) + " again")
+            elif event == "object.__setattr__":
+                function = args[0]
+                if exact_type(function) is function_type and not is_student(function.__code__.co_filename):
+                    refuse("changing " + args[1] + " of a library function")
+        finally:
+            busy.discard(ident)
+
+    sys.addaudithook(hook)
+    _vault_signal(signal_module, _signal)
+    gc.set_debug = _refuser("gc.set_debug (DEBUG_SAVEALL keeps every collected object)")
+    _freeze_classes()
+
+
+def sign(data: bytes) -> str:
+    """The run's MAC of ``data`` (hex), computed by the audit hook with the key only it holds; refused
+    (PermissionError) when any frame of the student's code is on the stack: the student's code can
+    neither sign a frame of its own nor have the probe sign one."""
+    out: list = []
+    sys.audit(SIGN_EVENT, bytes(data), out)
+    if not out:
+        raise PermissionError("no signing key in this process (lockdown was not called)")
+    return out[0]
+
+
+def _refuser(what: str):
+    namespace = {"__builtins__": {}, "PermissionError": PermissionError, "what": what}
+    source = "def refused(*args, **kwargs):\n    raise PermissionError(what + ' " + REFUSED + "')\n"
+    exec(compile(source, __file__, "exec"), namespace)  # noqa: S102 - globals: only its message
+    return namespace["refused"]
+
+
+def _vault_signal(signal_module, raw) -> None:
+    """``signal.signal`` and ``_signal.signal`` become a function that asks the audit hook to install
+    the handler: the hook installs it for library code (a DataLoader's SIGCHLD handler, the cell
+    runner's alarm) and refuses the student's. The function itself holds no reference to the
+    original, so there is nothing to take from it."""
+    namespace = {"__builtins__": {}, "audit": sys.audit, "getsignal": raw.getsignal, "event": SIGNAL_EVENT,
+                 "int": int}
+    source = ("def signal(signalnum, handler):\n"
+              "    previous = getsignal(int(signalnum))\n"
+              "    audit(event, int(signalnum), handler)\n"
+              "    return previous\n")
+    # compiled under this file's name, so the hook knows the caller of signal.signal is the one that counts
+    exec(compile(source, __file__, "exec"), namespace)  # noqa: S102 - globals: only these names
+    vaulted = namespace["signal"]
+    vaulted.__module__ = "signal"
+    raw.signal = vaulted
+    signal_module.signal = vaulted
+
+
+def hide() -> None:
+    """Take the grader's modules out of ``sys.modules`` and off the ``autograder`` package (the
+    stub the notebook imports stays): no name, alias or import statement reaches them. Nothing of
+    the grader imports lazily after this (a test holds that)."""
+    package = sys.modules.get("autograder")
+    for name in [n for n in sys.modules if n.startswith("autograder.")]:
+        del sys.modules[name]
+    if package is not None:
+        for attr in ("student", "questions"):
+            package.__dict__.pop(attr, None)
+
+
+def _type_flags_offset():
+    """The byte offset of ``tp_flags`` in a type object (found, not assumed), or None."""
+    import ctypes
+
+    class Probe:
+        pass
+
+    flags = Probe.__flags__
+    for offset in range(8, 512, ctypes.sizeof(ctypes.c_ulong)):
+        if ctypes.c_ulong.from_address(id(Probe) + offset).value == flags:
+            return offset
+    return None
+
+
+IMMUTABLE_TYPE = 1 << 8     # Py_TPFLAGS_IMMUTABLETYPE (CPython 3.10+): setattr on the class raises TypeError
+
+
+def _freeze_classes() -> None:
+    """Mark every class of the grader's bundle immutable (CPython 3.10+ only; elsewhere the seal's
+    check is what remains)."""
+    if sys.implementation.name != "cpython" or sys.version_info < (3, 10):
+        return
+    import ctypes
+
+    offset = _type_flags_offset()
+    if offset is None:
+        return
+    for cls in grader_classes():
+        slot = ctypes.c_ulong.from_address(id(cls) + offset)
+        slot.value |= IMMUTABLE_TYPE
+
+
+def grader_modules() -> list:
+    return [m for n, m in list(sys.modules.items()) if (n == "autograder" or n.startswith("autograder.")) and m]
+
+
+def grader_classes() -> list:
+    out = []
+    for module in grader_modules():
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and getattr(value, "__module__", "") == module.__name__:
+                out.append(value)
+    return out
+
+
+SEALED_MODULES = ("builtins", "torch", "torch.autograd", "torch.autograd.grad_mode", "torch.nn",
+                  "torch.nn.modules.module", "torch.nn.parameter", "torch._tensor",
+                  "numpy", "json", "json.encoder", "zipfile", "io", "os", "struct", "signal", "select", "time",
+                  "traceback", "numpy.lib.npyio", "numpy.lib.format")
+SEALED_CLASSES = (("torch", "Tensor"), ("torch.nn", "Module"), ("torch.nn", "Parameter"), ("torch.nn", "Linear"),
+                  ("torch.nn.modules.conv", "_ConvNd"), ("torch.autograd.grad_mode", "no_grad"),
+                  ("torch.autograd.grad_mode", "enable_grad"), ("json", "JSONEncoder"), ("zipfile", "ZipFile"))
+
+
+def seal():
+    """A function that lists what changed (``["probe.ProbeCase.build", ...]``, empty when nothing
+    did) since this call, among what the probes rely on: the grader's modules and classes (their
+    namespaces, their functions' closures and defaults), ``builtins`` and the modules and classes
+    of :data:`SEALED_MODULES`/:data:`SEALED_CLASSES`. Call it before :func:`hide`. Only what was
+    there is compared: what a library adds later (a lazily imported name) is not a change."""
+    namespaces = []
+    # (the package ``autograder`` itself is left out: hide() takes its submodules off it, and it holds
+    # only the test cells' no-op check/grade)
+    ours = [m for m in grader_modules() if m.__name__ != "autograder"]
+    for module in ours + [sys.modules.get(n) for n in SEALED_MODULES]:
+        if module is not None:
+            namespaces.append((module.__name__, vars(module)))
+    classes = grader_classes()
+    for module_name, name in SEALED_CLASSES:
+        owner = sys.modules.get(module_name)
+        cls = getattr(owner, name, None) if owner is not None else None
+        if isinstance(cls, type):
+            classes.append(cls)
+    for cls in classes:
+        namespaces.append((f"{cls.__module__}.{cls.__qualname__}", cls.__dict__))
+    import types
+
+    functions = []
+    for _, space in namespaces:
+        for value in list(space.values()):
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if isinstance(value, types.FunctionType) and value.__code__.co_filename.startswith(_BUNDLE):
+                functions.append(value)
+    expected = [(label, space, [(key, id(value)) for key, value in list(space.items())])
+                for label, space in namespaces]
+    cells = [(f, [id(c.cell_contents) for c in (f.__closure__ or ()) if _filled(c)]) for f in functions]
+    return _verifier(expected, cells, _filled)
+
+
+_BUNDLE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _filled(cell) -> bool:
+    try:
+        cell.cell_contents
+    except ValueError:
+        return False
+    return True
+
+
+def _verifier(expected, cells, filled):
+    missing = object()
+    ident_of, as_list = id, list     # not looked up in builtins, which the student may change
+
+    def changed() -> list:
+        found = as_list()
+        for label, space, entries in expected:
+            for key, ident in entries:
+                if ident_of(space.get(key, missing)) != ident:
+                    found.append(label + "." + key)
+        for function, idents in cells:
+            now = [ident_of(c.cell_contents) for c in (function.__closure__ or ()) if filled(c)]
+            if now != idents:
+                found.append(function.__module__ + "." + function.__qualname__ + " (its closure)")
+        return found
+
+    return changed
