@@ -166,7 +166,7 @@ def test_answers_that_do_not_return_the_given_fashionvit_are_explained():
     assert "should return the trained FashionViT (an nn.Module), got NoneType" in \
         autograder.check(Q.id, returns_nothing).feedback
     assert "the model is not the given FashionViT: extra parameters or buffers 1.weight, 1.bias; missing " \
-        "patch_embed.1.weight" in autograder.check(Q.id, linear).feedback
+        "cls_token, pos_embed, patch_embed.1.weight and 41 more" in autograder.check(Q.id, linear).feedback
     assert "the model is not the given FashionViT: extra parameters or buffers extra.weight, extra.bias" in \
         autograder.check(Q.id, lambda images, labels, seconds=60: Wider()).feedback
 
