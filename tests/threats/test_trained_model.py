@@ -486,7 +486,12 @@ def test_threads_and_forked_processes_share_one_cpu(zygote):
 @pytest.mark.slow
 @pytest.mark.alone       # wall-clock limits: make test runs it on its own, after the rest
 def test_the_courses_solution_passes_in_the_sandbox(zygote):
-    result, output = grade(zygote, notebook(_solution_cell()), timeout=30)
+    """With a grading job's secret inputs: the training labels it gets and the held-out labels it is
+    scored against number the classes in the run's secret order, which an honest loop just learns."""
+    from autograder.batch.submission import RunInputs
+
+    inputs = RunInputs(b"a grading job's secret key").for_submission("honest", "09_training")
+    result, output = grade(zygote, notebook(_solution_cell()), timeout=30, inputs=inputs)
     assert result.passed and result.score == Q.points, result.feedback + output[-500:]
 
 
