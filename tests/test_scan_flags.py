@@ -67,7 +67,7 @@ def test_no_hit_on_any_right_answer():
 # one minimal hostile snippet per kind of flag
 HOSTILE = {
     "embedded-data": ["WEIGHTS = '" + "A" * 25_000 + "'",
-                      "W = [" + ", ".join(str(i % 10) for i in range(1_500)) + "]",
+                      "W = [" + ", ".join(str(i % 10) for i in range(2_500)) + "]",
                       "import torch\n" + "# " + "QUJD" * 6_000 + "\nx = 1"],
     "ctypes": ["import ctypes\nlib = ctypes.CDLL(None)", "from cffi import FFI"],
     "getattr": ["import torch\nname = 'soft' + 'max'\nf = getattr(torch, name)",

@@ -19,4 +19,4 @@ def _fashion_mnist(train: bool):
     return images.numpy(), labels.numpy()
 
 
-_inputs.register_dataset("fashion-mnist", _fashion_mnist)
+_inputs.register_dataset("fashion-mnist", _fashion_mnist, classes=10)

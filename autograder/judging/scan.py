@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import inspect
 import io
+import re
 import sys
 import textwrap
 import tokenize
@@ -427,21 +428,27 @@ FLAG_KINDS = {
     "hidden-code": "loads serialized or encoded code (marshal, pickle.loads, base64 decoding, "
                    "types.CodeType/FunctionType)",
     "signal": "changes signal handling (signal)",
-    "embedded-data": "embeds a large amount of data in its source (long string, bytes or integer literals, "
-                     "long comments, long lists of numbers: e.g. weights trained elsewhere or a copy of a data set)",
+    "embedded-data": "embeds a large amount of data in its source (string, bytes or number literals wherever "
+                     "they stand, comments full of numbers: e.g. weights trained elsewhere or a copy of a data set)",
     "scan-failed": "could not be scanned (the grader's static scan raised an error on it): what the scan "
                    "would have found is unknown, so an instructor reads it",
 }
 
-#: The most data an honest notebook holds outside its code: characters of string and bytes
-#: literals, of comments and of very long integer literals (as hexadecimal digits) in all code
-#: cells together, and numbers written in list/tuple/set literals. The student's process can
-#: read all of that (its own source), so a notebook could carry weights trained elsewhere (the
-#: 09_training FashionViT has about 10^5 parameters) or a copy of a data set in it. The course's
-#: notebooks stay far below both limits (the largest chapter: 10,000 such characters and 81
-#: numbers; the largest solution notebook: 2,500 and 22).
+#: The most data an honest notebook holds outside its code, counted over every literal wherever
+#: it stands (assignments, call arguments, tuples, dicts, subscripts, f-strings, defaults...):
+#: characters of string and bytes literals, digits of number literals (an integer's hexadecimal
+#: digits, a float's or complex's repr) and characters of the comment words that write numbers
+#: (:func:`_comment_data`: words with a digit, hexadecimal runs, unbroken runs too long for a
+#: word; prose never counts), in all code cells together; and how many number literals (``-3``
+#: is one, bools count too). The student's process can read all of that (its own source), so a
+#: notebook could carry weights trained elsewhere (the 09_training FashionViT has about 10^5
+#: parameters: 13,000 64-bit hexadecimal literals hold it in int8) or a copy of a data set in it.
+#: Measured on the course's code (tests/test_scan_flags.py holds all of it to no flag): the
+#: largest solution or exercise notebook holds 1,300 characters and 132 number literals, the
+#: largest answer file of tests/answers 6,400 characters and 310 literals, the largest book
+#: chapters 11,800 characters (07) and 526 literals (08).
 MAX_LITERAL_CHARS = 20_000
-MAX_LITERAL_NUMBERS = 1_000
+MAX_LITERAL_NUMBERS = 2_000
 
 
 @dataclass(frozen=True)
@@ -746,48 +753,96 @@ def flags(cells: list[str]) -> list[Flag]:
 
 def _embedded_data(cells: list[str], parsed, found: list) -> None:
     """One ``embedded-data`` flag when the notebook's literals and comments hold more data than
-    an answer needs (:data:`MAX_LITERAL_CHARS`, :data:`MAX_LITERAL_NUMBERS`), at its largest one.
-    A cell that does not parse counts whole (its text is still readable by the other cells)."""
-    chars = numbers = 0
-    largest = (0, 0, 0)                 # (size, cell index, line)
-    parsed_cells = {index for index, _tree, _lines in parsed}
-    for index, cell in enumerate(cells):
-        if index not in parsed_cells:
-            chars += len(cell)
-            if len(cell) > largest[0]:
-                largest = (len(cell), index, 1)
-    for index, tree, lines in parsed:
-        for line_number, size in _comments("\n".join(lines)):
-            chars += size
-            if size > largest[0]:
-                largest = (size, index, line_number)
-        for node in ast.walk(tree):
-            size = 0
-            if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
-                size = len(node.value)
-                chars += size
-            elif isinstance(node, ast.Constant) and type(node.value) is int and node.value.bit_length() > 64:
-                size = node.value.bit_length() // 4
-                chars += size
-            elif isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-                size = sum(isinstance(e, ast.Constant) and type(e.value) in (int, float, complex) for e in node.elts)
-                numbers += size
-            if size > largest[0]:
-                largest = (size, index, getattr(node, "lineno", 0))
+    an answer needs (:data:`MAX_LITERAL_CHARS`, :data:`MAX_LITERAL_NUMBERS`), at the line that
+    holds the most."""
+    chars, numbers, per_line = _data_in(cells, parsed)
     if chars > MAX_LITERAL_CHARS or numbers > MAX_LITERAL_NUMBERS:
-        _size, index, line = largest
+        index, line = max(per_line, key=per_line.__getitem__)
         lines = cells[index].splitlines()
         text = lines[line - 1].strip()[:100] if 0 < line <= len(lines) else ""
         found.append(Flag("embedded-data", index + 1, line, text))
 
 
+def embedded_data(cells: list[str]) -> tuple[int, int]:
+    """(characters of data, number literals) the notebook's ``cells`` hold, as the
+    ``embedded-data`` flag counts them (what its limits are measured against)."""
+    parsed = []
+    for index, cell in enumerate(cells):
+        try:
+            parsed.append((index, ast.parse(cell), cell.splitlines()))
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+    chars, numbers, _per_line = _data_in(cells, parsed)
+    return chars, numbers
+
+
+def _data_in(cells: list[str], parsed) -> tuple[int, int, dict]:
+    """(characters of data, number literals, characters of data per (cell index, line)) of the
+    notebook's literals and comments. A cell that does not parse counts whole (its text is
+    still readable by the other cells)."""
+    chars = numbers = 0
+    per_line: dict[tuple[int, int], int] = {}
+
+    def count(size: int, index: int, line: int) -> None:
+        nonlocal chars
+        chars += size
+        per_line[(index, line)] = per_line.get((index, line), 0) + size
+
+    parsed_cells = {index for index, _tree, _lines in parsed}
+    for index, cell in enumerate(cells):
+        if index not in parsed_cells:
+            count(len(cell), index, 1)
+    for index, tree, lines in parsed:
+        for line_number, size in _comments("\n".join(lines)):
+            count(size, index, line_number)
+        for node in ast.walk(tree):
+            data = _literal_data(node)
+            if data is not None:
+                numbers += not isinstance(getattr(node, "value", None), (str, bytes))
+                count(data, index, getattr(node, "lineno", 0))
+    return chars, numbers, per_line
+
+
+def _literal_data(node) -> int | None:
+    """The characters of data a literal ``node`` holds (None: not a literal that holds data): a
+    string's or bytes' length, an integer's hexadecimal digits (from its bit length: no
+    conversion of a huge integer), a float's or complex's repr, 1 for a bool."""
+    if not isinstance(node, ast.Constant):
+        return None
+    value = node.value
+    if isinstance(value, (str, bytes)):
+        return len(value)
+    if isinstance(value, bool):
+        return 1
+    if isinstance(value, int):
+        return max(1, (abs(value).bit_length() + 3) // 4)
+    if isinstance(value, (float, complex)):
+        return len(repr(value))
+    return None
+
+
 def _comments(source: str) -> list[tuple[int, int]]:
-    """(line, length) of each comment of ``source`` (a cell that parsed)."""
+    """(line, characters of data) of each comment of ``source`` (a cell that parsed) that writes
+    numbers (:func:`_comment_data`)."""
     try:
-        return [(token.start[0], len(token.string))
-                for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.COMMENT]
+        found = [(token.start[0], _comment_data(token.string))
+                 for token in tokenize.generate_tokens(io.StringIO(source).readline) if token.type == tokenize.COMMENT]
     except (tokenize.TokenError, SyntaxError, ValueError):
         return [(1, len(source))]
+    return [(line, size) for line, size in found if size]
+
+
+_DATA_WORD = re.compile(r"\d|^[0-9A-Fa-f]{8,}$")
+_LONGEST_WORD = 24                 # a longer unbroken run in a comment is not a word of prose (base64, ...)
+
+
+def _comment_data(comment: str) -> int:
+    """The characters of ``comment`` that write numbers: its words (split at white space) that
+    hold a digit, are a hexadecimal run of 8 or more, or are longer than any word of prose
+    (:data:`_LONGEST_WORD`). Prose counts for nothing however long: a notebook with 24,000
+    characters of explanations in comments is not data."""
+    return sum(len(word) for word in comment.lstrip("#").split()
+               if len(word) > _LONGEST_WORD or _DATA_WORD.search(word))
 
 
 def suspicious(cells: list[str]) -> list[str]:

@@ -11,6 +11,12 @@ of a run where it is forbidden and hand them over. The salt never leaves the gra
 :func:`draw_inputs` computes the arrays a question's probe recipe asks for, and only the
 arrays of the run's own questions (and the pool the parameters are filled from) are sent
 into the sandbox (:func:`run_inputs`).
+
+The salt also renumbers the classes of a data set's labels (:meth:`SaltedSource.relabel`): in
+a grading run the training labels the student's process receives and the held-out labels the
+grader scores against name the classes in the same secret order, none under its own number, so
+a model trained elsewhere on the data set's own labels is right only where it was wrong, while
+a model trained on the labels it was given is scored on the classes it learned.
 """
 from __future__ import annotations
 
@@ -39,6 +45,32 @@ class SaltedSource(I.PublicSource):
     def seed_words(self, code: int, seed: int) -> list[int]:
         words = [int(code), int(seed)]
         return [self.salt, *words] if self.salt else words
+
+    def relabel(self, labels: np.ndarray, classes: int) -> np.ndarray:
+        """``labels`` with the classes renumbered by :func:`class_order` of this run (salt 0:
+        unchanged, the public inputs)."""
+        if not self.salt:
+            return labels
+        return class_order(self.salt, classes)[np.asarray(labels)]
+
+
+RELABEL_CODE = 9                 # the seed code of the class order (the input recipes use 1 to 7)
+
+
+def class_order(salt: int, classes: int) -> np.ndarray:
+    """The number each of ``classes`` classes gets in the labels of the grading run with
+    ``salt``: a permutation drawn from the salt in which no class keeps its own number (a
+    derangement), the same for every data set split of the run. Without the salt it cannot be
+    known in advance; a run's own training labels show it to a model that already knows the
+    classes (the README's "What remains possible")."""
+    identity = np.arange(int(classes))
+    if classes < 2:
+        return identity
+    rng = np.random.default_rng([int(salt), RELABEL_CODE, int(classes)])
+    while True:                      # about e draws on average
+        order = rng.permutation(int(classes))
+        if not (order == identity).any():
+            return order
 
 
 class _Recording:

@@ -10,8 +10,14 @@ its number of attention heads; nothing the model computes in the student's proce
 The grader loads those numbers into its own copy of ``FashionViT``
 (:mod:`autograder.judging.catalogue.ch09_training`) and predicts 2,000 held-out test images
 there: the held-out images and their labels never enter the student's process. Anything that
-is not the given ``FashionViT`` (other or extra parameters or buffers, other shapes, other
-modules, non-finite values) scores zero.
+is not the given ``FashionViT`` with its given sizes (other or extra parameters or buffers,
+other shapes or head count, other modules, non-finite values) scores zero.
+
+In a grading run the ten classes are numbered in a secret order drawn for the run (the same in
+the training labels ``train_vit`` gets and in the held-out labels the grader scores against,
+:func:`autograder.judging.secret.class_order`): a model trained on the labels it is given is
+scored on the classes it learned; one trained elsewhere on Fashion-MNIST's own numbering is not.
+The public inputs (the in-notebook check) keep Fashion-MNIST's numbering.
 
 In a grading run the training images are not among the inputs the notebook's process gets at
 its start: the host holds them back and hands them over when this probe asks for them

@@ -49,7 +49,16 @@ class PublicSource:
 
     def draw(self, key: tuple, make):
         code, seed = key[1], key[2]
-        return make(np.random.default_rng(self.seed_words(code, seed)))
+        value = make(np.random.default_rng(self.seed_words(code, seed)))
+        classes = label_classes(key)
+        return value if classes is None else self.relabel(value, classes)
+
+    def relabel(self, labels: np.ndarray, classes: int) -> np.ndarray:
+        """A data set's class labels (values in ``[0, classes)``) as the runs of this source
+        see them: the public inputs keep the data set's own numbering. The grader's secret
+        source numbers the classes in another order per grading run
+        (:meth:`autograder.judging.secret.SaltedSource.relabel`)."""
+        return labels
 
     def pool(self) -> np.ndarray:
         cached = getattr(self, "_pool", None)
@@ -143,18 +152,33 @@ def bernoulli_mask(shape, seed: int, p_allowed: float = 0.6, full_rows=(), ensur
 # Real images for the questions that train a model. The student side holds no data and no
 # way to load it: the grader's side registers a loader (autograder.judging), draws the subset
 # and, in the sandbox, sends it as arrays like every other input.
-_DATASETS: dict = {}
+_DATASETS: dict = {}              # name -> (loader, number of classes)
 
 
-def register_dataset(name: str, loader) -> None:
-    """``loader(train: bool) -> (images uint8 (N, C, H, W), labels int64 (N,))`` for ``name``."""
-    _DATASETS[name] = loader
+def register_dataset(name: str, loader, classes: int) -> None:
+    """``loader(train: bool) -> (images uint8 (N, C, H, W), labels int64 (N,) in [0, classes))``
+    for ``name``."""
+    _DATASETS[name] = (loader, int(classes))
+
+
+def label_classes(key: tuple) -> int | None:
+    """The number of classes when ``key`` describes a data set's labels (which a source may
+    renumber, :meth:`PublicSource.relabel`), else None."""
+    if key[0] != "dataset" or key[5] != "labels":
+        return None
+    name = key[3]
+    if name not in _DATASETS:
+        raise InputMissing(f"this question needs {name} labels, which only the grader's side can draw "
+                           f"(import autograder.judging first)")
+    return _DATASETS[name][1]
 
 
 def dataset(name: str, split: str, count: int, seed: int, part: str, noise: int = 0) -> np.ndarray:
     """``count`` examples of ``name``'s ``split`` ("train" or "test"), a random subset without
     repeats chosen by the seed: their ``part`` ("images": uint8 (count, C, H, W); "labels":
-    int64 (count,)). The two parts of one (split, count, seed) are the same examples.
+    int64 (count,)). The two parts of one (split, count, seed) are the same examples. The labels
+    are numbered as the source in force says (:meth:`PublicSource.relabel`: the data set's own
+    numbering in the public inputs, another order of the classes in each grading run).
     ``noise``: each pixel of the images moves by up to that many grey levels, at random (held-out
     images then match no stored copy of the dataset byte for byte)."""
     if split not in ("train", "test") or part not in ("images", "labels"):
@@ -163,7 +187,7 @@ def dataset(name: str, split: str, count: int, seed: int, part: str, noise: int 
     key = ("dataset", 6 if split == "train" else 7, int(seed), str(name), int(count), part, int(noise))
 
     def make(rng):
-        loader = _DATASETS.get(name)
+        loader = _DATASETS.get(name, (None, 0))[0]
         if loader is None:
             raise InputMissing(f"this question needs {name} images, which only the grader's side can load "
                                f"(import autograder.judging first)")

@@ -3,9 +3,10 @@ copy of the data set) in its own file, for its code to read while it is graded.
 
 Two defences: the student's process receives only the code cells' sources (no markdown, no
 saved outputs, no attachments: :func:`autograder.student.cells.code_only`), and a notebook
-whose literals and comments hold more than :data:`autograder.judging.scan.MAX_LITERAL_CHARS`
-characters (or more than ``MAX_LITERAL_NUMBERS`` numbers in list literals) is held for review
-(flag ``embedded-data``). The course's own notebooks raise no flag: ``tests/test_scan_flags.py``.
+whose literals, wherever they stand, and comments that write numbers hold more than
+:data:`autograder.judging.scan.MAX_LITERAL_CHARS` characters (or more than ``MAX_LITERAL_NUMBERS``
+number literals) is held for review (flag ``embedded-data``). The course's own notebooks raise no
+flag (``tests/test_scan_flags.py``) and stay far below the limits (below).
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import base64
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import nbformat
 import numpy as np
@@ -20,7 +22,7 @@ import pytest
 
 import autograder
 
-from autograder.judging.scan import MAX_LITERAL_CHARS, MAX_LITERAL_NUMBERS, flags
+from autograder.judging.scan import MAX_LITERAL_CHARS, MAX_LITERAL_NUMBERS, embedded_data, flags
 from autograder.student.cells import code_cells, code_only
 
 import grading_students as S
@@ -60,6 +62,83 @@ def test_numbers_hex_integers_and_unparsable_cells_count_too():
     assert "embedded-data" in _kinds(["W = 0x" + "f" * (MAX_LITERAL_CHARS + 10)])
     # a cell that does not parse is still text the other cells can read
     assert "embedded-data" in _kinds(['x = """' + "A" * (MAX_LITERAL_CHARS + 10)])
+
+
+def _hex_words(count: int) -> list[str]:
+    """``count`` 64-bit integers as hexadecimal literals: 8 int8 weights each."""
+    return [hex(int(v)) for v in np.random.default_rng(1).integers(0, 2 ** 63, count, dtype=np.int64)]
+
+
+def test_an_int8_model_in_hexadecimal_call_arguments_is_held_for_review():
+    """The red team's win: a FashionViT trained elsewhere, as int8 in 13,194 64-bit integer literals
+    passed as call arguments (the limit counted only strings, comments, wide integers and numbers
+    directly inside list literals), was graded 4/4."""
+    words = _hex_words(13_194)
+    rows = [f"w({', '.join(words[i:i + 6])})" for i in range(0, len(words), 6)]
+    cells = ["import torch\nPARTS = []\n\n\ndef w(*values):\n    PARTS.extend(values)", "\n".join(rows)]
+    found = [f for f in flags(cells) if f.kind == "embedded-data"]
+    assert len(found) == 1 and found[0].cell == 2 and found[0].snippet.startswith("w(0x"), found
+    assert embedded_data(cells)[1] == 13_194
+
+
+@pytest.mark.parametrize("form", [
+    "W = {numbers}",                                   # a bare tuple of signed small integers
+    "w({numbers})",                                    # call arguments
+    "W = [{numbers}]",                                 # a list of signed numbers (-3 is not a constant itself)
+    "W = {{{pairs}}}",                                 # dict keys and values
+    "w = torch.zeros(9)\nx = w[{numbers}]",            # subscripts
+    "def f(a=({numbers})):\n    return a",             # a default
+    "W = f'{{({numbers})}}'",                          # inside an f-string
+    "W = ({floats})",                                  # floats and complex numbers
+    "W = ({bools})",                                   # bits
+], ids=["tuple", "call", "list", "dict", "subscript", "default", "f-string", "floats", "bools"])
+def test_numbers_count_wherever_they_stand(form):
+    count = MAX_LITERAL_NUMBERS + 200
+    values = np.random.default_rng(2).integers(-8, 8, count)
+    cell = form.format(numbers=", ".join(str(int(v)) for v in values),
+                       pairs=", ".join(f"{i}: {int(v)}" for i, v in enumerate(values[:count // 2 + 1])),
+                       floats=", ".join(f"{v / 7:.3f}" if i % 2 else f"{v}j" for i, v in enumerate(values)),
+                       bools=", ".join(str(bool(v > 0)) for v in values))
+    assert "embedded-data" in _kinds(["import torch", cell]), cell[:80]
+    few = form.format(numbers="-3, 5, 7", pairs="1: -3", floats="0.5, 1j", bools="True, False")
+    assert "embedded-data" not in _kinds(["import torch", few])
+
+
+def test_weights_in_a_bytes_literal_are_held_for_review():
+    weights = np.random.default_rng(3).integers(-128, 128, 30_000).astype(np.int8).tobytes()
+    assert "embedded-data" in _kinds([f"W = {weights!r}"])
+    assert "embedded-data" not in _kinds([f"W = {weights[:1_000]!r}"])
+
+
+def test_comments_count_when_they_write_numbers_never_as_prose():
+    """The red team's false positive: 24,000 characters of explanations in comments were held as
+    embedded data. Prose counts for nothing; the same room filled with numbers counts."""
+    prose = ("# The class token gathers what every patch says through the attention of each head; the\n"
+             "# warm-up keeps the first steps of AdamW small, then the cosine decay brings it down to zero.\n"
+             "# tokens: (B, 17, 64) after the embedding of the 7 x 7 patches (16 of them) and the class token\n")
+    explained = "x = 1\n" + prose * 90
+    assert len(explained) > 24_000 and "embedded-data" not in _kinds([explained])
+    numbers = ", ".join(f"{v:.4f}" for v in np.random.default_rng(4).standard_normal(4_000))
+    decimals = "x = 1\n" + "".join(f"# {numbers[i:i + 90]}\n" for i in range(0, len(numbers), 90))
+    assert "embedded-data" in _kinds([decimals])
+    hexadecimal = "x = 1\n" + "".join(f"# {' '.join(_hex_words(6))}\n" for _ in range(300))
+    assert "embedded-data" in _kinds([hexadecimal])
+
+
+def test_the_limits_keep_a_wide_margin_over_the_courses_own_code():
+    """Every notebook of solutions/ and exercises/ and every answer file of tests/answers holds at
+    most a third of each limit (measured: 6,400 characters, 310 number literals), the book's
+    chapters (not submissions) at most two thirds."""
+    repo = Path(__file__).resolve().parents[2]
+    submissions = [code_cells(p.read_bytes())[0] for p in sorted(repo.glob("solutions/*/*.ipynb"))
+                   + sorted(repo.glob("exercises/*/*.ipynb"))]
+    submissions += [[p.read_text()] for p in sorted((repo / "tests" / "answers").glob("*.py"))]
+    chapters = [code_cells(p.read_bytes())[0] for p in sorted(repo.glob("book/*.ipynb"))]
+    assert len(submissions) >= 2 * 9 + 6 and len(chapters) >= 8
+    for cells_of, share in ((submissions, 1 / 3), (chapters, 2 / 3)):
+        chars, numbers = zip(*(embedded_data(cells) for cells in cells_of))
+        assert max(chars) <= share * MAX_LITERAL_CHARS and max(numbers) <= share * MAX_LITERAL_NUMBERS, \
+            (max(chars), max(numbers))
 
 
 def test_the_sandbox_copy_holds_the_code_cells_only():
