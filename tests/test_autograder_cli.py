@@ -168,10 +168,11 @@ def test_patching_the_checker_in_the_submission_changes_nothing(tmp_path):
     path.write_text(TAMPERING)
     results = by_id(check_file(path, ["softmax", "causal_mask", "q7", "attention", "cross_entropy"]))
     assert not any(r.passed for r in results.values()), [r.feedback for r in results.values()]
-    assert "subclass of torch.Tensor" in results["causal_mask"].feedback
+    # the patched library functions are seen (guard.seal): not checked, whatever the answer
+    assert "changed" in results["causal_mask"].feedback and "torch.allclose" in results["causal_mask"].feedback
     # the pool the parameters come from is drawn by the parent and sent as an array: patching
     # numpy's generator in the submission no longer reaches it, so q7 fails on its own mistake
-    assert "On input FeedForwardBlock(8) (expansion 4)" in results["q7"].feedback
+    assert "changed" in results["q7"].feedback          # patched library functions: not checked (guard.seal)
     assert results["attention"].mistake == "shortcut"
     assert "vitref" in results["cross_entropy"].feedback
 

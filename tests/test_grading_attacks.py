@@ -164,9 +164,10 @@ def softmax(x, dim=-1):
 """
 
 
-@attacker(only("softmax"))
+@attacker(ZERO)
 def patch_compare(root, student):
-    """A wrong softmax, with the comparison functions and the checker patched to say yes."""
+    """A wrong softmax, with the comparison functions and the checker patched to say yes: the probes
+    find torch's and numpy's functions changed (guard.seal), so no question is checked."""
     nb = S.replace_definition(sol(), "scaled_dot_product_attention", "pass")
     nb = S.replace_definition(nb, "softmax", PATCH_COMPARE + S.ATTENTION_WITH_PRIVATE_SOFTMAX)
     S.write(nb, root, student, A)
@@ -488,7 +489,7 @@ def test_reasons_say_what_happened(batch):
     rows = S.read_csv(root)
     assert "not valid" in rows[("invalid_json", A, "softmax")][2].lower() or \
         "json" in rows[("invalid_json", A, "softmax")][2].lower()
-    assert "time" in rows[("hang_hard", A, "attention_head")][2]
+    assert "signal handler" in rows[("hang_hard", A, "attention_head")][2]   # SIG_IGN on SIGALRM is refused
     assert "did not finish" in rows[("hang_answer", A, "attention_head")][2]
     assert "vitref" in rows[("vitref_import", A, "softmax")][2]
     assert "subclass" in rows[("lying_tensor", A, "softmax")][2]

@@ -172,7 +172,7 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
         if q.answer_name not in namespace:
             data = {"qid": qid, "fatal": f"no object named {q.answer_name} in the notebook"
                     + (f" (a cell raised an error: {errors[0]})" if errors else ""), "cases": []}
-            emit(wire.result_frame(qid, data))
+            emit(wire.result_frame(qid, data, sign=sign))
             continue
         budget = min(max(probe_cap, float(q.seconds)), deadline - time.monotonic())
         if budget <= 0.05:
@@ -209,6 +209,12 @@ def _await_reap(fd) -> None:
     ready, _, _ = select.select([int(fd)], [], [], REAP_WAIT)
     if ready:
         os.read(int(fd), 1)
+    while True:                 # strays that were this process's own children: reap them (no zombie holds a
+        try:                    # place under the process limit the probes' forks need)
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
 
 
 def _fork() -> int:

@@ -460,6 +460,11 @@ def _kill_strays(keep: int) -> None:
             except OSError:
                 pass
         time.sleep(0.002)
+        for pid in found:       # the orphans are init's children: reaped here (a zombie counts under NPROC)
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
 
 
 def _supervise(student: int, ctl_r: int | None, ack_w: int | None) -> int:

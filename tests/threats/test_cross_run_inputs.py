@@ -16,6 +16,8 @@ students in the real sandbox, with a folder the test binds into it as the channe
 """
 from __future__ import annotations
 
+import hmac
+
 import secrets
 
 import numpy as np
@@ -160,12 +162,17 @@ class _RecordingHost:
 
     def run(self, raw, qids, limits, name="", options=None, inputs=b"", timeout=None):
         self.runs.append({"qids": list(qids), "ban": list(options["ban"]), "inputs": inputs})
+        key = bytes.fromhex(options["frame_key"])      # signs as the probe's audit hook would
+
+        def sign(data):
+            return hmac.new(key, data, "sha256").hexdigest()
+
         out = [wire.frame({"event": "cells", "count": 0, "errors": [], "timed_out": []})]
         for qid in qids:
             if qid != self.stray:
-                out.append(wire.result_frame(qid, self.results[qid]))
+                out.append(wire.result_frame(qid, self.results[qid], sign=sign))
         if self.stray and self.stray not in qids:
-            out.append(wire.result_frame(self.stray, self.results[self.stray]))
+            out.append(wire.result_frame(self.stray, self.results[self.stray], sign=sign))
         out.append(wire.frame({"event": "done"}))
         return RunResult("ok", b"".join(out))
 
