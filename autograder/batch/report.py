@@ -242,6 +242,6 @@ def write(path: Path, results: list[dict], title: str = "Grading report",
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     baseline = baseline_flags(source_dir, sorted({r["assignment"] for r in results}))
-    tmp.write_text(render(results, title, baseline), encoding="utf-8")
+    tmp.write_text(render(results, title, baseline), encoding="utf-8", errors="backslashreplace")
     os.replace(tmp, path)
     return path
