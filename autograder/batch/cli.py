@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     questions = questions_by_assignment()
     source_dir = find_source_dir(root, args.source)
     sources = load_sources(source_dir, questions)
-    tasks = discover(root, questions, sources, grader_version())
+    tasks = discover(root, questions, sources, grader_version(), source_dir)
     if shard is not None:
         tasks = [t for t in tasks if shard_of(t.student, t.assignment, shard[1]) == shard[0]]
     cid = getattr(args, "course_id", None) or course_id(root, source_dir)

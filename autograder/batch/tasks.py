@@ -102,13 +102,15 @@ def _why(dir_fd: int, part: str, shown: str, last: bool, error: OSError) -> str:
     return f"{shown} could not be read ({error.strerror or error})"
 
 
-def read_notebook(path, base=None) -> bytes:
+def read_notebook(path, base=None, refuse: frozenset = frozenset()) -> bytes:
     """The bytes of the submitted file ``path``, read without following anything: each part of
     ``path`` below ``base`` (the trusted folder, e.g. ``ROOT/submitted``; default: the file's
     folder) is opened relative to the one above it with ``O_NOFOLLOW``, the file is checked on
     the descriptor that was opened (a regular file of at most ``MAX_NOTEBOOK_MB``) and read
     through it. :class:`Refused` with the reason otherwise: a symbolic link (to the
-    instructor's solutions, to ``/proc/self/mem``), a named pipe, a device, a read error."""
+    instructor's solutions, to ``/proc/self/mem``), a named pipe, a device, a read error, or a
+    file in ``refuse`` (``(st_dev, st_ino)`` pairs: the source notebooks, which a hard link in an
+    extracted archive could name)."""
     path = Path(path)
     base = Path(base) if base else path.parent
     try:
@@ -135,6 +137,9 @@ def read_notebook(path, base=None) -> bytes:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise Refused(f"{where} is {_kind(info.st_mode)}: submit the notebook file itself")
+        if (info.st_dev, info.st_ino) in refuse:
+            raise Refused(f"{where} is the instructor's source notebook (a hard link to it): "
+                          f"submit your own notebook")
         cap = MAX_NOTEBOOK_MB << 20
         if info.st_size > cap:
             raise Refused(f"the notebook is {info.st_size >> 20} MB, more than the {MAX_NOTEBOOK_MB} MB accepted")
@@ -202,18 +207,35 @@ def _digest(version: str, qids: list[str], content: bytes) -> str:
     return h.hexdigest()[:32]
 
 
-def discover(root: Path, questions: dict[str, list], sources: dict, version: str) -> list[Task]:
+def _inodes(folder) -> frozenset:
+    """``(st_dev, st_ino)`` of every file under ``folder`` (the source notebooks)."""
+    found = set()
+    if folder is not None:
+        for path in Path(folder).rglob("*"):
+            try:
+                info = os.lstat(path)
+            except OSError:
+                continue
+            if stat.S_ISREG(info.st_mode):
+                found.add((info.st_dev, info.st_ino))
+    return frozenset(found)
+
+
+def discover(root: Path, questions: dict[str, list], sources: dict, version: str,
+             source_dir=None) -> list[Task]:
     """One task per ROOT/submitted/<student>/<assignment>/ folder, read without following a
     link: a student or assignment folder that is a link, or a notebook that is a link, a pipe
     or a device, or cannot be read, is a task with that ``problem`` (a zero with the reason),
     never the end of the discovery. Students and assignments are named by their printable ids
-    (:func:`autograder.batch.text.name`); ``folder`` and ``notebook`` keep the paths as listed."""
+    (:func:`autograder.batch.text.name`); ``folder`` and ``notebook`` keep the paths as listed.
+    ``source_dir``: a submitted file that is one of its files (a hard link) is refused too."""
     submitted = root / "submitted"
     if not submitted.is_dir():
         raise SystemExit(f"{submitted} does not exist: expected submitted/<student>/<assignment>/*.ipynb "
                          f"under the grading root {root}")
     tasks = []
     base = str(submitted)
+    sources_inodes = _inodes(source_dir)
 
     def refused(student: str, assignment: str, folder: str, reason: str) -> Task:
         qids = [q.id for q in questions.get(assignment, [])]
@@ -260,7 +282,7 @@ def discover(root: Path, questions: dict[str, list], sources: dict, version: str
                                   qids, note, base=base))
                 continue
             try:
-                content = read_notebook(entry.path, base)
+                content = read_notebook(entry.path, base, sources_inodes)
             except Refused as why:
                 tasks.append(Task(student, assignment, folder.path, entry.path,
                                   _digest(version, qids, str(why).encode()), qids, note,

@@ -203,10 +203,12 @@ def test_discover_gives_every_odd_entry_its_task_and_never_stops(tmp_path):
     (root / "submitted" / "adl").mkdir()
     os.symlink(f"../../source/{A}", root / "submitted" / "adl" / A)
     os.symlink("../source", root / "submitted" / "dirlink")
+    os.link(root / "source" / A / f"{A}.ipynb", _subfolder(root, "hardlink") / f"{A}.ipynb")
     questions = questions_by_assignment()
-    tasks = discover(root, questions, load_sources(root / "source", questions), "v1")
+    tasks = discover(root, questions, load_sources(root / "source", questions), "v1", root / "source")
     by_student = {t.student: t for t in tasks}
-    assert len(by_student) == len(tasks) == 9
+    assert len(by_student) == len(tasks) == 10
+    assert "is the instructor's source notebook (a hard link to it)" in by_student["hardlink"].problem
     assert {s for s, t in by_student.items() if not t.problem} == {"ann", "jos\\xe9", "jos\\xe9x",
                                                                    next(s for s in by_student if "~" in s)}
     for student in ("linker", "mem", "adl", "dirlink"):
@@ -216,7 +218,7 @@ def test_discover_gives_every_odd_entry_its_task_and_never_stops(tmp_path):
     assert by_student["dirlink"].assignment == "" and by_student["dirlink"].qids == []
     ids = {t.student for t in tasks}
     assert all(s.encode("utf-8") and not CONTROL.search(s) for s in ids)
-    again = discover(root, questions, load_sources(root / "source", questions), "v1")
+    again = discover(root, questions, load_sources(root / "source", questions), "v1", root / "source")
     assert [(t.student, t.digest) for t in again] == [(t.student, t.digest) for t in tasks]   # stable ids
 
 
@@ -274,6 +276,7 @@ def _hostile_class(root: Path) -> None:
     os.symlink(f"../../../source/{A}/{A}.ipynb", _subfolder(root, "linker") / f"{A}.ipynb")
     os.symlink("/proc/self/mem", _subfolder(root, "mem") / f"{A}.ipynb")
     os.mkfifo(_subfolder(root, "fifo") / f"{A}.ipynb")
+    os.link(root / "source" / A / f"{A}.ipynb", _subfolder(root, "hardlink") / f"{A}.ipynb")
     (root / "submitted" / "adl").mkdir()
     os.symlink(f"../../source/{A}", root / "submitted" / "adl" / A)
     os.symlink("../source", root / "submitted" / "dirlink")
@@ -308,6 +311,7 @@ def _text_of(proc: subprocess.CompletedProcess) -> str:
 
 HONEST = ("ann", LATIN1_ID, FORMULA, "images")
 REFUSED = {"linker": "symbolic link", "mem": "symbolic link", "fifo": "named pipe", "adl": "symbolic link",
+           "hardlink": "hard link",
            "bigpart": "its source is not a string or a list of strings", "malformed": "cell_type 'evil'"}
 
 
