@@ -240,7 +240,7 @@ def discover(root: Path, questions: dict[str, list], sources: dict, version: str
     def refused(student: str, assignment: str, folder: str, reason: str) -> Task:
         qids = [q.id for q in questions.get(assignment, [])]
         return Task(student, assignment, folder, None, _digest(version, qids, reason.encode()), qids,
-                    reason, base=base, problem=reason)
+                    base=base, problem=reason)
 
     students = _entries(submitted)
     student_ids = _ids([e.name for e in students])
