@@ -266,7 +266,8 @@ def summary(results: list[dict], graded: int, skipped: int, elapsed: float) -> s
         mean = sum(r.get("score", 0) for r in rs) / len(rs)
         full = sum(1 for r in rs if r.get("max_score") and r.get("score") == r.get("max_score"))
         odd = sum(1 for r in rs if r.get("status") not in ("ok",))
-        lines.append(f"{assignment or '(none)':<{width}}  {len(rs):>8}  {mean:>5.2f}/{max_score:<4g}  {full:>10}  {odd:>19}")
+        name = assignment or "(none)"
+        lines.append(f"{name:<{width}}  {len(rs):>8}  {mean:>5.2f}/{max_score:<4g}  {full:>10}  {odd:>19}")
     problems = [r for r in results if r.get("status") not in ("ok",)]
     for r in problems[:20]:
         lines.append(f"  {r['student']}/{r['assignment']}: {r.get('status')}: {short_reason(r.get('reason', ''))}")

@@ -165,7 +165,8 @@ def render(results: list[dict], title: str = "Grading report", baseline: dict | 
         a = summary[assignment]
         mean = sum(a["totals"]) / len(a["totals"]) if a["totals"] else 0.0
         full = sum(1 for t in a["totals"] if a["max"] and t == a["max"])
-        parts.append(f"<h2 id=\"{esc(assignment)}\">{esc(assignment or '(no assignment: a student folder not read)')}</h2>"
+        heading = assignment or "(no assignment: a student folder that was not read)"
+        parts.append(f"<h2 id=\"{esc(assignment)}\">{esc(heading)}</h2>"
                      f"<p>{a['submissions']} submission(s); mean {mean:.2f} / {a['max']:g}; "
                      f"{full} with full marks.</p>")
         if not a["questions"]:
