@@ -184,7 +184,7 @@ def submission_timestamp(task) -> str:
     without following a link, its first line, cleaned), else the notebook's mtime (lstat)."""
     folder = Path(task.folder)
     try:
-        raw = read_notebook(folder / "timestamp.txt", getattr(task, "base", "") or None)
+        raw = read_notebook(folder / "timestamp.txt", getattr(task, "base", "") or folder)
         stamp = text.clean(raw[:200].decode("utf-8", "replace").strip().split("\n")[0], 100, newlines=False)
         if stamp:
             return stamp
@@ -211,7 +211,7 @@ def write_autograded(root: Path, task, source, result: dict) -> Path | None:
         problem = result.get("reason") or getattr(task, "problem", "") or "the notebook could not be read"
     else:
         try:
-            raw = read_notebook(task.notebook, getattr(task, "base", "") or None)
+            raw = read_notebook(task.notebook, getattr(task, "base", "") or task.folder or None)
         except Refused as why:
             problem = str(why)
         else:

@@ -90,7 +90,7 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     if task.notebook is None:
         return refuse(task.note, "missing")
     try:
-        raw = read_notebook(task.notebook, task.base or None)
+        raw = read_notebook(task.notebook, task.base or task.folder or None)  # nothing below followed
     except Refused as why:
         return refuse(str(why))
     problem = preflight.problem(raw)        # the schema, then the sizes the readers see

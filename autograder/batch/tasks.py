@@ -21,8 +21,8 @@ class Task:
     digest: str                   # content hash of the notebook + grader version
     qids: list[str]
     note: str = ""                # e.g. "several notebooks; graded x.ipynb"
-    base: str = ""                # the trusted folder above the submission (ROOT/submitted): every
-    #                               part below it is opened without following links (read_notebook)
+    base: str = ""                # the trusted folder above the submission (ROOT/submitted; "": the
+    #                               folder): every part below it is opened without following links
     problem: str = ""             # why the submission is not read (a link, a pipe...): zeros, the reason
 
 

@@ -189,6 +189,26 @@ def test_read_notebook_refuses_links_pipes_devices_and_reads_through_the_checked
         read_notebook(big, submitted)
 
 
+def test_grade_task_reads_without_following_below_the_task_folder(tmp_path):
+    """Gradescope's layout (a Task without ``base``: the submission folder is the trusted one): a
+    notebook in a linked subfolder, or a linked notebook, is refused before anything runs."""
+    from autograder.batch.submission import grade_task
+    from autograder.batch.tasks import Task
+    submission = tmp_path / "submission"
+    (tmp_path / "source").mkdir()
+    (tmp_path / "source" / f"{A}.ipynb").write_bytes(_solution_bytes())
+    submission.mkdir()
+    (submission / "sub").symlink_to(tmp_path / "source", target_is_directory=True)
+    (submission / "direct.ipynb").symlink_to(tmp_path / "source" / f"{A}.ipynb")
+    for notebook, words in [(submission / "sub" / f"{A}.ipynb", "submission/sub is a symbolic link"),
+                            (submission / "direct.ipynb", "submission/direct.ipynb is a symbolic link")]:
+        task = Task("submission", A, str(submission), str(notebook), "", QIDS)
+        result = grade_task(task, None, None)           # no sandbox: nothing may run
+        assert result["status"] == "invalid" and result["score"] == 0, result
+        assert [q["id"] for q in result["questions"]] == QIDS
+        assert all(words in q["reason"] for q in result["questions"]), result
+
+
 def test_discover_gives_every_odd_entry_its_task_and_never_stops(tmp_path):
     root = tmp_path / "course"
     (root / "source" / A).mkdir(parents=True)
