@@ -22,7 +22,8 @@ submission, as data:
 * each test cell's output is the grader's verdict for the questions it covers (the message
   the student sees in the feedback); a test cell the student deleted is appended at the
   end (its visible text, never its hidden tests) so that the feedback shows every score;
-* a notebook that could not be read (not JSON, missing) becomes a notebook with the reason
+* a notebook that could not be read (not JSON, not nbformat 4, missing, a link or a pipe:
+  never followed, :func:`autograder.batch.tasks.read_notebook`) becomes a notebook with the reason
   and the test cells, so that every graded submission has a feedback page.
 
 ``timestamp.txt`` next to it is the submission's (``nbgrader collect`` writes one in

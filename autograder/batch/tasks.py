@@ -1,6 +1,12 @@
 """What there is to grade: one :class:`Task` per ``ROOT/submitted/<student>/<assignment>/``
 folder (:func:`discover`), the grader's version that keys the saved results
-(:func:`grader_version`), and the shard a submission belongs to (:func:`shard_of`)."""
+(:func:`grader_version`), and the shard a submission belongs to (:func:`shard_of`).
+
+The submitted tree is the students' (a zip, ``nbgrader collect``), so it is read, never
+followed: :func:`read_notebook` opens each part below ``submitted/`` with ``O_NOFOLLOW`` and
+reads a regular file through the descriptor it checked. A link (to the instructor's solutions,
+to ``/proc/self/mem``), a named pipe, a device or a read error is that submission's
+``problem``: zero on its questions with the reason, and the discovery goes on."""
 from __future__ import annotations
 
 import hashlib
