@@ -1,8 +1,9 @@
 """Grading a whole class (``python -m autograder grade ROOT``), one module per job:
 
 * :mod:`~autograder.batch.cli`: the ``grade`` command (its options, the run, the summary);
-* :mod:`~autograder.batch.tasks`: what there is to grade (one task per submitted folder), the
-  grader's version, the shards;
+* :mod:`~autograder.batch.tasks`: what there is to grade (one task per submitted folder, read
+  without following links), the grader's version, the shards;
+* :mod:`~autograder.batch.text`: the student's text (messages, names) made safe where it enters;
 * :mod:`~autograder.batch.sources`: the source notebooks (the gradebook's grade cells), the course id;
 * :mod:`~autograder.batch.submission`: grading one submission (the sandboxed run, the judges);
 * :mod:`~autograder.batch.pool`: the grading jobs, each with its own sandbox;

@@ -49,6 +49,7 @@ from autograder.batch.sources import course_id, find_source_dir, load_sources
 from autograder.batch.state import load_state, save_state
 from autograder.batch.submission import short_reason
 from autograder.batch.tasks import Task, discover, grader_version, questions_by_assignment, shard_of
+from autograder.batch.text import clean
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_MB = 2048
@@ -104,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from autograder.batch import feedback, gradebook, report
 
     started = time.monotonic()
+    _safe_streams()
     root = Path(args.root).resolve()
     shard = parse_shard(getattr(args, "shard", None))
     db_url = getattr(args, "db_url", None) or gradebook.default_url(root)
@@ -111,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     questions = questions_by_assignment()
     source_dir = find_source_dir(root, args.source)
     sources = load_sources(source_dir, questions)
-    tasks = discover(root, questions, sources, grader_version())
+    tasks = discover(root, questions, sources, grader_version(), source_dir)
     if shard is not None:
         tasks = [t for t in tasks if shard_of(t.student, t.assignment, shard[1]) == shard[0]]
     cid = getattr(args, "course_id", None) or course_id(root, source_dir)
@@ -141,6 +143,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {csv_path}, {report_path}, the gradebook {gradebook.redact(db_url)}, "
           f"{root / 'autograded'}/ and {root / feedback.FOLDER}/")
     return 0
+
+
+def _safe_streams() -> None:
+    """The terminal takes any text (a name no UTF-8 can encode is escaped, never an error that
+    ends the run); what is printed is cleaned of control characters (``text.clean``) besides."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.reconfigure(errors="backslashreplace")
+        except (AttributeError, ValueError, OSError):
+            pass
 
 
 def _selected(args: argparse.Namespace, task: Task) -> bool:
@@ -215,8 +227,9 @@ def _grade(todo: list[Task], jobs: int, options: dict, by_key: dict, results: di
         results[(result["student"], result["assignment"])] = result
         save_state(root, result)
         if bar is not None:
-            bar.set_postfix_str(f"{result['student']}/{result['assignment']} "
-                                f"{result.get('score', 0):g}/{result.get('max_score', 0):g}")
+            bar.set_postfix_str(clean(f"{result['student']}/{result['assignment']} "
+                                      f"{result.get('score', 0):g}/{result.get('max_score', 0):g}", 80,
+                                      newlines=False))
             bar.update(1)
 
     interrupted = False
@@ -253,10 +266,12 @@ def summary(results: list[dict], graded: int, skipped: int, elapsed: float) -> s
         mean = sum(r.get("score", 0) for r in rs) / len(rs)
         full = sum(1 for r in rs if r.get("max_score") and r.get("score") == r.get("max_score"))
         odd = sum(1 for r in rs if r.get("status") not in ("ok",))
-        lines.append(f"{assignment:<{width}}  {len(rs):>8}  {mean:>5.2f}/{max_score:<4g}  {full:>10}  {odd:>19}")
+        name = assignment or "(none)"
+        lines.append(f"{name:<{width}}  {len(rs):>8}  {mean:>5.2f}/{max_score:<4g}  {full:>10}  {odd:>19}")
     problems = [r for r in results if r.get("status") not in ("ok",)]
     for r in problems[:20]:
         lines.append(f"  {r['student']}/{r['assignment']}: {r.get('status')}: {short_reason(r.get('reason', ''))}")
+    lines = [clean(line, newlines=False) for line in lines]         # a student's name or text: shown as text
     if len(problems) > 20:
         lines.append(f"  ... and {len(problems) - 20} more (see grades.csv)")
     return "\n".join(lines)

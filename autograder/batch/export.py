@@ -17,7 +17,7 @@ import re
 import sys
 from pathlib import Path
 
-from autograder.batch.outputs import CSV_COLUMNS, write_csv
+from autograder.batch.outputs import CSV_COLUMNS, write_csv, write_rows
 from autograder.batch.sources import course_id, find_source_dir
 from autograder.batch.state import STATE, load_results
 
@@ -45,7 +45,7 @@ def merge_shard_csvs(root: Path) -> tuple[list[list[str]], int] | None:
                          f"those shards, or copy their CSV files here")
     rows, seen = [], {}
     for i in sorted(shards):
-        with open(shards[i], newline="", encoding="utf-8") as fh:
+        with open(shards[i], newline="", encoding="utf-8", errors="replace") as fh:
             reader = csv.reader(fh)
             header = next(reader, None)
             if header != CSV_COLUMNS:
@@ -82,10 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     out = root / "grades.csv"
     if merged is not None:
         rows, count = merged
-        with open(out, "w", newline="", encoding="utf-8") as fh:
-            writer = csv.writer(fh)
-            writer.writerow(CSV_COLUMNS)
-            writer.writerows(rows)
+        write_rows(out, [CSV_COLUMNS] + rows)
         print(f"wrote {out}: {len(rows)} row(s) from {count} shard file(s)")
     elif results:
         write_csv(root, results)

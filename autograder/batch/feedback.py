@@ -83,7 +83,7 @@ def render_html(result: dict) -> str:
 def _atomic_write(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
+    tmp.write_text(text, encoding="utf-8", errors="backslashreplace")
     os.replace(tmp, path)
 
 

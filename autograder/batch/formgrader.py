@@ -22,7 +22,8 @@ submission, as data:
 * each test cell's output is the grader's verdict for the questions it covers (the message
   the student sees in the feedback); a test cell the student deleted is appended at the
   end (its visible text, never its hidden tests) so that the feedback shows every score;
-* a notebook that could not be read (not JSON, missing) becomes a notebook with the reason
+* a notebook that could not be read (not JSON, not nbformat 4, missing, a link or a pipe:
+  never followed, :func:`autograder.batch.tasks.read_notebook`) becomes a notebook with the reason
   and the test cells, so that every graded submission has a feedback page.
 
 ``timestamp.txt`` next to it is the submission's (``nbgrader collect`` writes one in
@@ -38,7 +39,8 @@ import re
 import shutil
 from pathlib import Path
 
-from autograder.batch import sanitize
+from autograder.batch import sanitize, text
+from autograder.batch.tasks import Refused, read_notebook
 from autograder.judging import preflight
 
 HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.DOTALL)
@@ -46,9 +48,17 @@ _ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
 def _text(source) -> str:
+    """A cell's source as the cell runner joins it, with lone surrogates escaped (a UTF-8 file
+    cannot hold them: nbformat.write would fail on ``"\\ud800"`` in a student's cell)."""
     if isinstance(source, list):
-        return "".join(str(s) for s in source)
-    return source if isinstance(source, str) else ""
+        source = "".join(str(s) for s in source)
+    if not isinstance(source, str):
+        return ""
+    try:
+        source.encode("utf-8")
+    except UnicodeEncodeError:
+        source = source.encode("utf-8", "backslashreplace").decode("utf-8")
+    return source
 
 
 def verdict_text(qids: list[str], result: dict) -> tuple[str, bool]:
@@ -171,18 +181,19 @@ def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
 
 
 def submission_timestamp(task) -> str:
-    """nbgrader's timestamp of a submission: submitted/.../timestamp.txt, else the file's mtime."""
+    """nbgrader's timestamp of a submission: submitted/.../timestamp.txt (a regular file, read
+    without following a link, its first line, cleaned), else the notebook's mtime (lstat)."""
     folder = Path(task.folder)
-    stamp = folder / "timestamp.txt"
     try:
-        text = stamp.read_text(encoding="utf-8").strip()
-        if text:
-            return text
-    except OSError:
+        raw = read_notebook(folder / "timestamp.txt", getattr(task, "base", "") or folder)
+        stamp = text.clean(raw[:200].decode("utf-8", "replace").strip().split("\n")[0], 100, newlines=False)
+        if stamp:
+            return stamp
+    except Refused:
         pass
     path = Path(task.notebook) if task.notebook else folder
     try:
-        when = datetime.datetime.fromtimestamp(path.stat().st_mtime, tz=datetime.timezone.utc)
+        when = datetime.datetime.fromtimestamp(os.lstat(path).st_mtime, tz=datetime.timezone.utc)
     except OSError:
         when = datetime.datetime.now(datetime.timezone.utc)
     return when.strftime("%Y-%m-%d %H:%M:%S.%f %Z")
@@ -197,13 +208,13 @@ def write_autograded(root: Path, task, source, result: dict) -> Path | None:
     raw, problem = None, ""
     if task.notebook is None:
         problem = result.get("reason") or "no notebook was submitted"
-    elif result.get("status") == "invalid":
-        problem = result.get("reason") or "the notebook could not be read"
+    elif result.get("status") == "invalid" or getattr(task, "problem", ""):
+        problem = result.get("reason") or getattr(task, "problem", "") or "the notebook could not be read"
     else:
         try:
-            raw = Path(task.notebook).read_bytes()
-        except OSError as error:
-            problem = f"the notebook could not be read ({error})"
+            raw = read_notebook(task.notebook, getattr(task, "base", "") or task.folder or None)
+        except Refused as why:
+            problem = str(why)
         else:
             problem = preflight.problem(raw)     # too many cells to copy: the reason instead
             raw = None if problem else raw

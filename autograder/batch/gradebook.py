@@ -249,4 +249,18 @@ def export_csv(db_url: str, course_id: str, path: Path) -> Path:
     with warnings.catch_warnings(), Gradebook(db_url, course_id) as gb:
         warnings.simplefilter("ignore")
         exporter.export(gb)
+    _neutralise_csv(path)
     return path
+
+
+def _neutralise_csv(path: Path) -> None:
+    """nbgrader's CSV rewritten with every field neutralised (a student id ``=SUM(1,1)`` would
+    be a formula in a spreadsheet: :func:`autograder.batch.text.csv_field`)."""
+    import csv
+    import locale
+
+    from autograder.batch.outputs import write_rows
+    # nbgrader's plugin writes with the locale's encoding (open() without one)
+    with open(path, newline="", encoding=locale.getpreferredencoding(False), errors="replace") as fh:
+        rows = list(csv.reader(fh))
+    write_rows(path, rows)

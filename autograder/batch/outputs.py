@@ -12,26 +12,37 @@ from pathlib import Path
 
 from autograder.batch.submission import short_reason
 from autograder.batch.tasks import Task
+from autograder.batch.text import clean, csv_field
 
 CSV_COLUMNS = ["student", "assignment", "question", "score", "max_score", "reason"]
 
 
 def write_csv(root: Path, results: list[dict], name: str = "grades.csv") -> Path:
     """``ROOT/<name>``, written atomically: one row per question and submission (a submission
-    without questions: one row with its reason), sorted by student and assignment."""
+    without questions: one row with its reason), sorted by student and assignment. A field a
+    spreadsheet would run as a formula (a student folder named ``=SUM(1,1)``) is neutralised
+    (:func:`write_rows`)."""
+    rows = []
+    for r in sorted(results, key=lambda r: (r["student"], r["assignment"])):
+        if not r["questions"]:
+            rows.append([r["student"], r["assignment"], "", 0, 0, short_reason(r.get("reason", ""))])
+        for q in r["questions"]:
+            rows.append([r["student"], r["assignment"], q["id"], f"{q['score']:g}",
+                         f"{q['max_score']:g}", short_reason(q.get("reason", ""))])
     path = root / name
-    tmp = path.with_name(f".{name}.{os.getpid()}.tmp")
-    with open(tmp, "w", newline="", encoding="utf-8") as fh:
-        writer = csv.writer(fh)
-        writer.writerow(CSV_COLUMNS)
-        for r in sorted(results, key=lambda r: (r["student"], r["assignment"])):
-            if not r["questions"]:
-                writer.writerow([r["student"], r["assignment"], "", 0, 0, short_reason(r.get("reason", ""))])
-            for q in r["questions"]:
-                writer.writerow([r["student"], r["assignment"], q["id"], f"{q['score']:g}",
-                                 f"{q['max_score']:g}", short_reason(q.get("reason", ""))])
-    os.replace(tmp, path)
+    write_rows(path, [CSV_COLUMNS] + rows)
     return path
+
+
+def write_rows(path: Path, rows) -> None:
+    """A CSV file written atomically, every field neutralised (:func:`autograder.batch.text.csv_field`)
+    and any character a UTF-8 file cannot hold escaped: writing it cannot fail on its text."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w", newline="", encoding="utf-8", errors="backslashreplace") as fh:
+        writer = csv.writer(fh)
+        for row in rows:
+            writer.writerow([csv_field(value) for value in row])
+    os.replace(tmp, path)
 
 
 def csv_name(shard: tuple[int, int] | None) -> str:
@@ -54,8 +65,9 @@ def write_pages(options: dict, task: Task, result: dict) -> None:
         feedback.write(root, result)
         formgrader.write_autograded(root, task, (options.get("sources") or {}).get(task.assignment), result)
     except Exception as error:  # noqa: BLE001 - the grade is saved; the copy is a convenience
-        print(f"warning: could not write the feedback or autograded notebook of "
-              f"{task.student}/{task.assignment}: {error}", file=sys.stderr)
+        print(clean(f"warning: could not write the feedback or autograded notebook of "
+                    f"{task.student}/{task.assignment}: {type(error).__name__}: {error}", 1000, newlines=False),
+              file=sys.stderr)
     result["pages"] = True
 
 

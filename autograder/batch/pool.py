@@ -17,6 +17,7 @@ from pathlib import Path
 from autograder.batch.outputs import write_pages
 from autograder.batch.submission import RunInputs, error_result, grade_task, short_reason
 from autograder.batch.tasks import Task
+from autograder.batch.text import clean
 
 JUDGE_MEMORY_MB = 4096      # memory a grading job may allocate beyond its imports
 
@@ -88,8 +89,10 @@ def _worker(slot: int, conn, options: dict) -> None:
             try:
                 result = grade_task(task, zygote, limits, inputs)
             except Exception as error:  # noqa: BLE001 - a grader bug: this submission's error result, the job goes on
+                import sys
                 import traceback
-                traceback.print_exc()
+                # the traceback may quote the student's text: printed cleaned (no escape sequences)
+                print(clean(traceback.format_exc(), 20_000), file=sys.stderr, flush=True)
                 result = error_result(task, f"the grader failed on this submission "
                                             f"({type(error).__name__}: {short_reason(error)}); "
                                             f"please report this")

@@ -165,7 +165,8 @@ def render(results: list[dict], title: str = "Grading report", baseline: dict | 
         a = summary[assignment]
         mean = sum(a["totals"]) / len(a["totals"]) if a["totals"] else 0.0
         full = sum(1 for t in a["totals"] if a["max"] and t == a["max"])
-        parts.append(f"<h2 id=\"{esc(assignment)}\">{esc(assignment)}</h2>"
+        heading = assignment or "(no assignment: a student folder that was not read)"
+        parts.append(f"<h2 id=\"{esc(assignment)}\">{esc(heading)}</h2>"
                      f"<p>{a['submissions']} submission(s); mean {mean:.2f} / {a['max']:g}; "
                      f"{full} with full marks.</p>")
         if not a["questions"]:
@@ -242,6 +243,6 @@ def write(path: Path, results: list[dict], title: str = "Grading report",
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     baseline = baseline_flags(source_dir, sorted({r["assignment"] for r in results}))
-    tmp.write_text(render(results, title, baseline), encoding="utf-8")
+    tmp.write_text(render(results, title, baseline), encoding="utf-8", errors="backslashreplace")
     os.replace(tmp, path)
     return path

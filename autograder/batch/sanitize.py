@@ -12,7 +12,14 @@ So each markdown cell is stored already rendered and cleaned:
 2. cleaned with nh3 (the Python binding of the Rust sanitiser ammonia, maintained; bleach is
    deprecated): an allow-list of tags and attributes, so no ``<script>``, ``<iframe>``,
    ``<object>``, ``<embed>``, ``<svg>``, ``<style>``, ``style=``/``class=``/``id=``, no
-   ``on*=`` handler, and URLs only with safe schemes (no ``javascript:``, ``data:``);
+   ``on*=`` handler; and **no URL at all** but a link to a place in the page itself
+   (``href="#..."``): the page is opened on the instructor's Jupyter server, logged in, so an
+   image or a link with a root-relative (``<img src="/logout">``, ``<a href="/api/contents">``),
+   relative, protocol-relative (``//evil``) or foreign (``https://...``) URL would make the
+   instructor's browser call that server or another one (a request the student chose, or
+   the fact and time of the instructor's reading). So no ``<img>`` (nor ``<map>``/``<area>``),
+   no ``src``/``cite``/... attribute, and an ``href`` only when it starts with ``#``; the
+   link's text stays;
 3. put on one line (newlines as ``&#10;``) inside a ``<div>``: a markdown renderer takes a
    line that starts with ``<div>`` and has no blank line after it as one raw HTML block and
    passes it through unchanged, so nothing in the text is read as markdown a second time
@@ -36,10 +43,25 @@ def render(source: str) -> str:
     return markdown2html_mistune(source)
 
 
+_NO_TAGS = {"img", "map", "area"}                   # images and image maps: URLs only
+_URL_ATTRIBUTES = {"href", "src", "cite", "longdesc", "usemap", "action", "formaction", "background",
+                   "poster", "srcset", "data", "codebase", "ping", "xlink:href"}
+
+
+def _keep_fragment_links(tag: str, attribute: str, value: str) -> str | None:
+    """nh3's attribute filter: an ``href`` survives only as a link within the page (``#...``)."""
+    if attribute in _URL_ATTRIBUTES:
+        return value if attribute == "href" and tag == "a" and value.startswith("#") else None
+    return value
+
+
 def clean(fragment: str) -> str:
-    """An HTML fragment with only safe tags, attributes and URLs left (nh3's defaults)."""
+    """An HTML fragment with only safe tags and attributes left (nh3's allow-lists) and no URL
+    but links to a place in the page (``#...``): no image, nothing the browser would fetch."""
     import nh3
-    return nh3.clean(fragment)
+    tags = set(nh3.ALLOWED_TAGS) - _NO_TAGS
+    attributes = {tag: set(names) for tag, names in nh3.ALLOWED_ATTRIBUTES.items() if tag in tags}
+    return nh3.clean(fragment, tags=tags, attributes=attributes, attribute_filter=_keep_fragment_links)
 
 
 def _one_line(fragment: str) -> str:

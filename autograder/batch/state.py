@@ -1,7 +1,9 @@
 """Resumable state: ``ROOT/.autograder/results/<student>/<assignment>.json``, one file per
 graded submission, written atomically as soon as it is graded (:func:`save_state`). A result is
 reused (:func:`load_state`) while its notebook and the grader's version are unchanged, so an
-interrupted batch (or a killed shard) resumes where it stopped."""
+interrupted batch (or a killed shard) resumes where it stopped. A loaded result is cleaned
+(:func:`autograder.batch.text.clean_result`) like a new one, so that a result an older grader
+saved with a student's control characters or lone surrogates cannot fail a later run."""
 from __future__ import annotations
 
 import json
@@ -9,12 +11,14 @@ import os
 from pathlib import Path
 
 from autograder.batch.tasks import Task
+from autograder.batch.text import clean_result
 
 STATE = Path(".autograder") / "results"
 
 
 def state_path(root: Path, student: str, assignment: str) -> Path:
-    return root / STATE / student / f"{assignment}.json"
+    """``assignment`` "" (a student folder that is a link: no assignment was read) is ``_.json``."""
+    return root / STATE / student / f"{assignment or '_'}.json"
 
 
 def save_state(root: Path, result: dict) -> None:
@@ -37,7 +41,11 @@ def load_state(root: Path, task: Task, any_version: bool = False) -> dict | None
         return None
     if not isinstance(data, dict) or not isinstance(data.get("questions"), list):
         return None
-    return data if any_version or data.get("digest") == task.digest else None
+    if not (any_version or data.get("digest") == task.digest):
+        return None
+    data = clean_result(data)
+    data["student"], data["assignment"] = task.student, task.assignment    # whose file it is
+    return data
 
 
 def load_results(root: Path) -> list[dict]:
@@ -48,6 +56,7 @@ def load_results(root: Path) -> list[dict]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict) and isinstance(data.get("questions"), list):
-            out.append(data)
+        if isinstance(data, dict) and isinstance(data.get("questions"), list) \
+                and isinstance(data.get("student"), str) and isinstance(data.get("assignment"), str):
+            out.append(clean_result(data))
     return out

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import os
 import time
-from pathlib import Path
 
-from autograder.batch.tasks import Task
+from autograder.batch.text import clean, clean_result
+from autograder.batch.tasks import MAX_NOTEBOOK_MB, Refused, Task, read_notebook
 
 REASON_CHARS = 300
-MAX_NOTEBOOK_MB = 50        # a submitted notebook larger than this is not run
+__all__ = ["MAX_NOTEBOOK_MB", "RunInputs", "error_result", "grade_task", "short_reason"]
 
 
 def _zero(q, reason: str) -> dict:
@@ -22,9 +22,9 @@ def _zero(q, reason: str) -> dict:
 
 
 def short_reason(text: str) -> str:
-    """``text`` on one line, at most ``REASON_CHARS`` characters (for grades.csv and the summary)."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= REASON_CHARS else text[:REASON_CHARS - 3] + "..."
+    """``text`` on one line, at most ``REASON_CHARS`` characters (for grades.csv and the
+    summary), with no control character or lone surrogate (:func:`autograder.batch.text.clean`)."""
+    return clean(" ".join(str(text).split()), REASON_CHARS, newlines=False)
 
 
 class RunInputs:
@@ -76,29 +76,29 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
         result["score"] = sum(r["score"] for r in rows)
         result["max_score"] = sum(r["max_score"] for r in rows)
         result["seconds"] = round(time.monotonic() - start, 3)
-        return result
+        return clean_result(result)         # the student's text made safe once, here
 
+    def refuse(reason: str, status: str = "invalid"):
+        result["status"] = status
+        return finish([_zero(q, reason) for q in qs], reason)
+
+    if task.problem:                        # a link, a pipe, a read error: found by discover
+        return refuse(task.problem)
     if not qs:
         result["status"] = "unknown-assignment"
         return finish([], f"no questions are defined for assignment {task.assignment!r}")
     if task.notebook is None:
-        result["status"] = "missing"
-        return finish([_zero(q, task.note) for q in qs], task.note)
-    size = os.path.getsize(task.notebook)
-    if size > MAX_NOTEBOOK_MB << 20:
-        result["status"] = "invalid"
-        reason = f"the notebook is {size >> 20} MB, more than the {MAX_NOTEBOOK_MB} MB accepted"
-        return finish([_zero(q, reason) for q in qs], reason)
-    raw = Path(task.notebook).read_bytes()
-    too_big = preflight.problem(raw)
-    if too_big:
-        result["status"] = "invalid"
-        return finish([_zero(q, too_big) for q in qs], too_big)
+        return refuse(task.note, "missing")
+    try:
+        raw = read_notebook(task.notebook, task.base or task.folder or None)  # nothing below followed
+    except Refused as why:
+        return refuse(str(why))
+    problem = preflight.problem(raw)        # the schema, then the sizes the readers see
+    if problem:
+        return refuse(problem)
     cells, problem = code_cells(raw)
     if problem:
-        result["status"] = "invalid"
-        reason = f"the notebook could not be read: {problem}; nothing could be graded"
-        return finish([_zero(q, reason) for q in qs], reason)
+        return refuse(f"the notebook could not be read: {problem}; nothing could be graded")
 
     if inputs is None:
         inputs = RunInputs(None)
@@ -125,7 +125,7 @@ def error_result(task: Task, reason: str) -> dict:
     """The result of a submission the grader itself failed on (an exception, a job that died)."""
     import autograder
     rows = [_zero(autograder.question(qid), reason) for qid in task.qids]
-    return {"student": task.student, "assignment": task.assignment, "digest": task.digest,
+    return clean_result({"student": task.student, "assignment": task.assignment, "digest": task.digest,
             "notebook": os.path.basename(task.notebook) if task.notebook else None,
             "reason": reason, "status": "error", "questions": rows,
-            "score": 0.0, "max_score": sum(r["max_score"] for r in rows), "seconds": 0.0}
+            "score": 0.0, "max_score": sum(r["max_score"] for r in rows), "seconds": 0.0})
