@@ -16,7 +16,6 @@ function above the answer in the same cell (the ban's ``ForbiddenCall`` used to 
 """
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -30,7 +29,7 @@ import pytest
 
 import autograder
 import grading_students as S
-from autograder.judging.scan import flags, scan_source
+from autograder.judging.scan import flags, scan_object, scan_source
 from autograder.student import cells as C
 
 REPO = Path(__file__).resolve().parents[1]
@@ -626,6 +625,137 @@ def test_no_flag_and_no_hit(idiom, tmp_path):
     received = tmp_path / "submission.ipynb"
     received.write_bytes(C.code_only(raw))
     assert C.read_cells(received) == cells
+
+
+OWN_METHODS = {   # answers whose class defines a method named like a tensor method
+    "label_smoothing": "loss_class_own_log_softmax",
+    "cross_entropy": "cross_entropy_module_own_log_softmax",
+}
+
+
+@pytest.mark.parametrize("qid, name", list(OWN_METHODS.items()))
+def test_the_in_notebook_check_reads_self_methods_as_the_students(qid, name, tmp_path):
+    """check() scans the live answer (scan_object): ``self.log_softmax(x)`` calls the class's
+    own method, not the library's, while ``x.log_softmax(-1)`` on a tensor still is a hit."""
+    import importlib.util
+
+    idiom = next(i for i in IDIOMS if i.name == name)
+    q = autograder.question(qid)
+    source = next(c.source for c in idiom.edit(S.load(idiom.assignment)).cells
+                  if c.cell_type == "code" and S._defines(c.source, q.answer_name))
+    header = "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n\n"
+    module = tmp_path / f"{name}.py"
+    module.write_text(header + source)
+    spec = importlib.util.spec_from_file_location(name, module)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    answer = getattr(loaded, q.answer_name)
+    assert scan_object(answer, q.answer_name, q.forbidden) == []
+    shortcut = tmp_path / f"{name}_shortcut.py"
+    shortcut.write_text(header + source.replace("self.log_softmax(logits)", "logits.log_softmax(-1)"))
+    spec = importlib.util.spec_from_file_location(f"{name}_shortcut", shortcut)
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    assert [h.key for h in scan_object(getattr(loaded, q.answer_name), q.answer_name, q.forbidden)] == [
+        "cross_entropy"]
+
+
+# ------------------------------------------------------------------ how cells are read and run
+
+REWRITES = {   # a cell as written -> the plain Python the grader reads and the student's process runs
+    "!pip install -q einops": "get_ipython().system('pip install -q einops')\n",
+    "%matplotlib inline\nimport torch": "get_ipython().run_line_magic('matplotlib', 'inline')\nimport torch\n",
+    "files = !ls": "files = get_ipython().getoutput('ls')\n",
+    # a continuation line is part of its logical line, whatever its first character (PEP 8 breaks
+    # before binary operators): IPython runs it as Python, so does the grader
+    "msg = ('%d x %d'\n       % (3, 4))": "msg = ('%d x %d'\n       % (3, 4))",
+    "y = (1\n     / 2)": "y = (1\n     / 2)",
+    # %%time, %%timeit, %%capture run their body (their line kept blank: the same line numbers)
+    "%%time\nout = f(x)": "\nout = f(x)\n",
+    "\n%%capture captured\n!ls\nz = 1": "\n\nget_ipython().system('ls')\nz = 1\n",
+    "%%timeit setup = 1\nrun = setup + 1": "setup = 1\nrun = setup + 1\n",
+    # any other cell magic is not Python: the cell is skipped
+    "%%writefile helpers.py\ndef f():\n    pass": "",
+    "%%bash\necho hi": "",
+    # %time runs its statement (in place, indented as it was); %timeit with options does nothing
+    "for i in range(2):\n    %time y = i * 2": "for i in range(2):\n    y = i * 2\n",
+    "%timeit -n 1 f(x)": "get_ipython().run_line_magic('timeit', '-n 1 f(x)')\n",
+    # plain Python, with or without a '?' in a comment, is left exactly as it is
+    "x = 1  # why?\n\n": "x = 1  # why?\n\n",
+    "def f(x):\n    return x % 2": "def f(x):\n    return x % 2",
+}
+
+
+@pytest.mark.parametrize("cell, plain", list(REWRITES.items()), ids=list(range(len(REWRITES))))
+def test_magics_are_rewritten_as_ipython_rewrites_them(cell, plain):
+    assert C.to_python(cell) == plain
+    assert C.to_python(plain) == plain                 # the student's process may read them again
+
+
+def test_the_student_process_reads_the_plain_cells_without_ipython(tmp_path):
+    """code_only sends the cells the scan read, marked: reading them imports no IPython (an
+    import every notebook would pay for: about 50 ms, measured), and a mark the student wrote in
+    their own notebook means nothing to the grader."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("!pip install einops\n%matplotlib inline"),
+                nbformat.v4.new_code_cell("%%time\nx = 1"), nbformat.v4.new_markdown_cell("notes")]
+    nb.metadata[C.PLAIN_MARK] = True                  # forged by the student: ignored
+    raw = nbformat.writes(nb).encode()
+    cells, problem = C.code_cells(raw)
+    assert not problem and cells == ["get_ipython().system('pip install einops')\n"
+                                     "get_ipython().run_line_magic('matplotlib', 'inline')\n", "\nx = 1\n"]
+    assert C.read_cells(_written(tmp_path / "own.ipynb", raw), honor_mark=False) == cells
+    sent = _written(tmp_path / "sent.ipynb", C.code_only(raw))
+    script = ("import sys\nfrom autograder.student.cells import read_cells\n"
+              f"cells = read_cells({str(sent)!r})\nprint(repr(cells), 'IPython' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == f"{cells!r} False"
+    assert "notes" not in sent.read_text()
+
+
+def _written(path: Path, data: bytes) -> Path:
+    path.write_bytes(data)
+    return path
+
+
+def test_a_notebook_of_many_magics_costs_bounded_time():
+    """IPython re-reads a cell after each rewrite: cells with hundreds of magics are left as
+    they are (they fail as SyntaxErrors, in the scan and in the run alike) past a budget, so a
+    notebook cannot make the grader's reading slow."""
+    import time
+    many = "!echo\n" * 450 + "y = 1\n" * 2000
+    big = "!echo\n" * 150 + "f(a, b, c)[1:2]\n" * 6000
+    start = time.perf_counter()
+    cells = C.plain_cells([many] * 20 + [big] * 20 + ["!ls"])
+    assert time.perf_counter() - start < 10
+    assert cells[0] == many and cells[-2] == big          # left as they are...
+    assert cells[-1] == "get_ipython().system('ls')\n"    # ...the budget is per cell's cost
+
+
+def _boom():
+    from autograder.student.ban import ForbiddenCall
+    raise ForbiddenCall("torch operator aten::layer_norm ... is not allowed here")
+
+
+def test_a_forbidden_call_stops_its_statement_not_its_cell():
+    """As IPython runs a cell (statement by statement), with one exception: the ban's
+    ForbiddenCall, raised by a comparison with the library function above the answer, is
+    recorded and the cell goes on; any other error stops the cell, as in Jupyter."""
+    namespace = {"boom": _boom}
+    cells = ["reference = boom()\n\ndef answer():\n    return 1\nafter = answer()",
+             "x = 1\ny = 1 / 0\nz = 2",
+             "try:\n    boom()\nexcept RuntimeError as e:\n    raise ValueError('wrapped') from e\nw = 3",
+             "from __future__ import annotations\nv = 4",
+             "def g(a: Undefined) -> int:\n    return a\nnotes = g.__annotations__"]
+    errors = C.run_cells(cells, namespace, budget=lambda index: 10)
+    assert [e.split(":")[0] for e in errors] == ["cell 1 at line 1", "cell 2 at line 2", "cell 3 at line 4"]
+    assert "ForbiddenCall" in errors[0] and "ZeroDivisionError" in errors[1] and "ValueError" in errors[2]
+    assert namespace["after"] == 1 and "reference" not in namespace       # the rest of cell 1 ran
+    assert namespace["x"] == 1 and "z" not in namespace                    # an ordinary error stops cell 2
+    assert namespace["w"] == 3                  # an error raised from a ForbiddenCall is one too
+    assert namespace["notes"] == {"a": "Undefined", "return": "int"}       # __future__ kept, as in IPython
 
 
 # ------------------------------------------------------------------ graded in the sandbox (slow)

@@ -4,11 +4,13 @@
   in-notebook ``check()``): the forbidden library functions an answer refers to, by name,
   in its own code and in the top-level helpers it uses, and references to ``vitref`` or the
   checker. A hit is a zero for that answer, with the line quoted.
-* :func:`suspicious`: constructs with no place in an exercise answer that could be used to
-  get around the checks (computed attribute names, ``exec``/``eval``, the profiler, the
-  garbage collector, ``ctypes``, ``sys.modules``, torch's dispatcher...). They do not change
-  a score (the ban in the student's process and the grader's own computation decide it);
-  they are reported to the instructor in the feedback and the class report.
+* :func:`flags` (:func:`suspicious`: as text): constructs with no place in an exercise answer
+  that could get around the checks and that no run-time enforcement decides (``exec``/``eval``,
+  imports of code the scan never read, ``sys.modules``, frames and functions' internals, the
+  garbage collector's object walkers, ``ctypes``, torch's dispatcher...; :data:`FLAG_KINDS`
+  says why each one holds). Each holds the submission's scores for the instructor's review.
+  What the run decides is not a flag: a forbidden function reached by a computed name
+  (``getattr(nn, activation)``) is disabled in the student's process whatever its name.
 
 What is forbidden per exercise is :data:`autograder.questions.forbidden.FORBIDDEN`.
 """
@@ -468,8 +470,8 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
 #:   notebook the scan could not read.
 FLAG_KINDS = {
     "ctypes": "calls native code directly (ctypes/cffi)",
-    "getattr": "looks up or sets an attribute by a computed name on a module whose members are flagged "
-               "(builtins, sys, gc, importlib, inspect, types, pickle...: getattr/setattr/delattr, "
+    "getattr": "looks up or sets an attribute of a module by a computed name, on a module some of whose members "
+               "are flagged (builtins, sys, gc, importlib, inspect, types, pickle...: getattr/setattr/delattr, "
                "operator.attrgetter)",
     "getattr-forbidden": "looks up a forbidden library function by its name as a string",
     "module-dict": "reads a module's namespace as a dictionary (vars(module), module.__dict__, "

@@ -112,14 +112,16 @@ def to_python(cell: str, budget: list[int] | None = None) -> str:
         return cell
     if budget is not None:
         budget[0] -= cost
-    blank = len(cell) - len(cell.lstrip("\n\r\t "))
-    blank_lines = cell[:blank].count("\n")        # IPython drops leading blank lines: keep the numbering
+    lines = cell.splitlines(keepends=True)
+    blank_lines = next((i for i, line in enumerate(lines) if line.strip()), len(lines))
     try:
         code = _transformer_manager().transform_cell(cell)
     except ImportError:
         return cell                       # no IPython: the cell fails as the SyntaxError it is
     except (RuntimeError, SyntaxError, ValueError, IndexError, TypeError):
         return cell                       # IPython gives up on it: so does the run
+    if code.rstrip("\n") == "".join(lines[blank_lines:]).rstrip("\n"):
+        return cell                       # nothing rewritten (IPython drops leading blank lines, adds a newline)
     try:
         tree = ast.parse(code)
     except SyntaxError:
@@ -330,13 +332,16 @@ def run_cells(cells: list[str], namespace: dict, budget, skip=(), on_cell=None, 
     exercise forbids, called for a comparison above the answer): it is recorded and the cell's
     next statement runs. ``on_cell(index)`` is called before each cell; the indices of cells
     stopped by the alarm are appended to ``timed_out``. Returns the errors, one line each."""
+    import __future__
     import builtins
-    import codeop
     import linecache
     import signal
 
     namespace.setdefault("__builtins__", builtins)
-    compiler = codeop.Compile()          # remembers __future__ imports from cell to cell, as IPython does
+    features = 0                         # the __future__ imports so far, kept from cell to cell as IPython does
+    every_feature = 0
+    for name in __future__.all_feature_names:
+        every_feature |= getattr(__future__, name).compiler_flag
     errors: list[str] = []
     for index, cell in enumerate(cells):
         if index in skip:
@@ -354,7 +359,9 @@ def run_cells(cells: list[str], namespace: dict, budget, skip=(), on_cell=None, 
         signal.setitimer(signal.ITIMER_REAL, seconds)
         try:
             for statement in ast.parse(cell, filename).body:
-                code = compiler(ast.Module(body=[statement], type_ignores=[]), filename, "exec")
+                code = compile(ast.Module(body=[statement], type_ignores=[]), filename, "exec",
+                               flags=features, dont_inherit=True)
+                features |= code.co_flags & every_feature
                 try:
                     exec(code, namespace)  # noqa: S102 - running the submission is the point
                 except Exception as error:      # only a ForbiddenCall lets the cell go on
