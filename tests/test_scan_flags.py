@@ -70,9 +70,10 @@ HOSTILE = {
                       "W = [" + ", ".join(str(i % 10) for i in range(2_500)) + "]",
                       "import torch\n" + "# " + "QUJD" * 6_000 + "\nx = 1"],
     "ctypes": ["import ctypes\nlib = ctypes.CDLL(None)", "from cffi import FFI"],
-    "getattr": ["import torch\nname = 'soft' + 'max'\nf = getattr(torch, name)",
-                "import torch.nn.functional as F\nsetattr(F, 'x' + 'y', 1)",
-                "import torch\nm = torch.nn\ng = getattr(m, ''.join(['Multihead', 'Attention']))",
+    "getattr": ["import builtins\nname = 'ex' + 'ec'\nrun = getattr(builtins, name)",
+                "import sys\nsetattr(sys, 'mod' + 'ules', {})",
+                "import gc\nm = gc\nwalk = getattr(m, ''.join(['get_', 'objects']))",
+                "import autograder\nsetattr(autograder, 'gr' + 'ade', print)",
                 "from operator import attrgetter\nf = attrgetter('nn.MultiheadAttention')"],
     "getattr-forbidden": ["import torch\nM = getattr(torch.ao.nn.quantizable, 'MultiheadAttention')",
                           "import torch.distributions as D\nC = getattr(D, 'Categorical')"],
@@ -80,8 +81,9 @@ HOSTILE = {
                     "b = __builtins__"],
     "exec": ["exec('x = 1')", "y = eval('1 + 1')", "c = compile('1', 'f', 'eval')",
              "import builtins\nbuiltins.exec('1')"],
-    "sys.modules": ["import sys\nt = sys.modules['torch']", "from sys import modules"],
-    "gc": ["import gc\nobjects = gc.get_objects()"],
+    "sys.modules": ["import sys\nt = sys.modules['torch']", "from sys import modules", "from sys import *"],
+    "gc": ["import gc\nobjects = gc.get_objects()", "import gc\ninside = gc.get_referents(print)",
+           "from gc import get_referrers", "from gc import *"],
     "frames": ["import sys\nf = sys._getframe(1)", "import inspect\nf = inspect.currentframe()",
                "try:\n    1 / 0\nexcept Exception as e:\n    g = e.__traceback__.tb_frame.f_globals",
                "def f():\n    pass\ncode = f.__code__", "import sys\nsys.settrace(None)"],
@@ -96,7 +98,10 @@ HOSTILE = {
     "torch-internals": ["import torch\nx = torch._C._VariableFunctions", "import torch\ny = torch._refs.softmax",
                         "from torch._decomp import decomposition_table"],
     "importlib": ["import importlib\nm = importlib.import_module('torch')", "m = __import__('torch')",
-                  "import sys\nsys.meta_path.insert(0, None)"],
+                  "import sys\nsys.meta_path.insert(0, None)", "import importlib\nimportlib.reload(importlib)",
+                  # a file the notebook wrote is importable only from a folder added to sys.path
+                  "import sys\nsys.path.insert(0, '.')", "import sys\nsys.path += ['/tmp']",
+                  "from sys import path\npath.append('.')", "import site\nsite.addsitedir('/tmp')"],
     "hidden-code": ["import marshal", "import pickle\nf = pickle.loads(b'')",
                     "import base64\nb = base64.b64decode('')"],
     "signal": ["import signal\nsignal.alarm(0)"],
@@ -177,6 +182,30 @@ compiled = torch.compile
 def test_honest_lookalikes_are_not_flags():
     """model.eval(), setattr/getattr on self, the set-up cells, the checker's own calls."""
     assert [f.text() for f in flags([HONEST])] == []
+
+
+# What run-time enforcement decides is not a flag: the forbidden functions are disabled at
+# PyTorch's dispatcher whatever name reaches them (a computed getattr on torch, nn, F), hasattr
+# reaches nothing, gc.collect() and importlib.metadata read no code, sys.exc_info() is the
+# exception being handled (its traceback's frames are a flag: tb_frame). The red team found each
+# of these holding honest notebooks (tests/test_honest_idioms.py has them in context).
+DECIDED_AT_RUN_TIME = [
+    "import torch\nname = 'soft' + 'max'\nf = getattr(torch, name)",
+    "import torch.nn.functional as F\nsetattr(F, 'x' + 'y', 1)",
+    "import torch\nm = torch.nn\ng = getattr(m, ''.join(['Multihead', 'Attention']))",
+    "from torch import nn\nact = getattr(nn, 'GE' + 'LU')()",
+    "import torch.nn.functional as F\nok = hasattr(F, 'scaled_dot_product_attention')",
+    "import gc\ngc.collect()\ngc.disable()\ngc.enable()",
+    "from importlib.metadata import version\nv = version('torch')",
+    "import importlib.metadata\nv = importlib.metadata.version('torch')",
+    "import sys\ntry:\n    1 / 0\nexcept ZeroDivisionError:\n    kind = sys.exc_info()[0]",
+    "import sys\nprint(sys.path[0], len(sys.path))",
+]
+
+
+@pytest.mark.parametrize("snippet", DECIDED_AT_RUN_TIME)
+def test_what_run_time_decides_is_not_a_flag(snippet):
+    assert [f.text() for f in flags(["import numpy as np", snippet])] == []
 
 
 def test_a_students_own_eval_or_compile_is_not_the_builtin():

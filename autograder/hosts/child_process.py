@@ -165,7 +165,7 @@ def default_questions(path, cells=None) -> list[str]:
     for chapter in sorted({q.chapter for q in all_questions}):
         if stem == chapter or stem.startswith(chapter):
             return [q.id for q in all_questions if q.chapter == chapter]
-    names = defined_names(cells if cells is not None else read_cells(path))
+    names = defined_names(cells if cells is not None else read_cells(path, honor_mark=False))
     found = [q.id for q in all_questions if q.answer_name in names]
     return found or [q.id for q in all_questions]
 
@@ -181,7 +181,7 @@ def check_submission(path, qids=None, timeout: float = DEFAULT_TIMEOUT):
     from ..judging.judge import judge_outcome
 
     path = Path(path)
-    cells = read_cells(path)
+    cells = read_cells(path, honor_mark=False)     # the student's own file: a mark in it means nothing
     qids = list(dict.fromkeys(qids)) if qids else default_questions(path, cells)
     questions = [autograder.question(qid) for qid in qids]
     from ..judging.secret import public_inputs

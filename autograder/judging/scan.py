@@ -4,11 +4,13 @@
   in-notebook ``check()``): the forbidden library functions an answer refers to, by name,
   in its own code and in the top-level helpers it uses, and references to ``vitref`` or the
   checker. A hit is a zero for that answer, with the line quoted.
-* :func:`suspicious`: constructs with no place in an exercise answer that could be used to
-  get around the checks (computed attribute names, ``exec``/``eval``, the profiler, the
-  garbage collector, ``ctypes``, ``sys.modules``, torch's dispatcher...). They do not change
-  a score (the ban in the student's process and the grader's own computation decide it);
-  they are reported to the instructor in the feedback and the class report.
+* :func:`flags` (:func:`suspicious`: as text): constructs with no place in an exercise answer
+  that could get around the checks and that no run-time enforcement decides (``exec``/``eval``,
+  imports of code the scan never read, ``sys.modules``, frames and functions' internals, the
+  garbage collector's object walkers, ``ctypes``, torch's dispatcher...; :data:`FLAG_KINDS`
+  says why each one holds). Each holds the submission's scores for the instructor's review.
+  What the run decides is not a flag: a forbidden function reached by a computed name
+  (``getattr(nn, activation)``) is disabled in the student's process whatever its name.
 
 What is forbidden per exercise is :data:`autograder.questions.forbidden.FORBIDDEN`.
 """
@@ -98,11 +100,14 @@ def library_aliases(trees) -> tuple[set[str], set[str]]:
     return library, other - library
 
 
-def _scan_nodes(nodes, keys, source_lines=None, offset=0, label="", roots=frozenset(), others=frozenset()):
+def _scan_nodes(nodes, keys, source_lines=None, offset=0, label="", roots=frozenset(), others=frozenset(),
+                own_methods=frozenset()):
     """Forbidden library attributes, vitref and autograder references in the given AST nodes.
 
     ``roots``: extra names of library modules; ``others``: names of the student's own modules,
-    whose attributes (``helpers.softmax``) are not library calls."""
+    whose attributes (``helpers.softmax``) are not library calls; ``own_methods``: the methods the
+    student's classes define, so that ``self.log_softmax(x)`` calls the student's method, not
+    the tensor method of that name."""
     attrs = _attr_table(keys)
     roots = (LIBRARY_ROOTS | set(roots)) - set(others)
     hits: list[Hit] = []
@@ -122,6 +127,8 @@ def _scan_nodes(nodes, keys, source_lines=None, offset=0, label="", roots=frozen
             if isinstance(node, ast.Attribute) and node.attr in attrs:
                 chain = _chain(node)
                 if chain and chain[0] in others:
+                    continue
+                if len(chain) == 2 and chain[0] in ("self", "cls") and node.attr in own_methods:
                     continue
                 if node.attr in TENSOR_METHODS or (chain and (chain[0] in roots or
                                                                {"torch", "nn", "functional"} & set(chain[:-1]))):
@@ -216,6 +223,7 @@ def scan_source(cells: list[str], answer_name: str, keys=()) -> list[Hit]:
     if answer_name not in definitions:
         return []
     roots, others = library_aliases(trees)
+    own_methods = _methods_defined(trees)
     assigned = _Aliases(trees)
     roots |= {name for name in assigned.modules if assigned.paths[name][0] in ("torch", "scipy")}
     hits, seen, todo = [], set(), [answer_name]
@@ -225,9 +233,16 @@ def scan_source(cells: list[str], answer_name: str, keys=()) -> list[Hit]:
             continue
         seen.add(name)
         node, lines, index = definitions[name]
-        hits.extend(_scan_nodes([node], keys, lines, label=f"cell {index + 1}, ", roots=roots, others=others))
+        hits.extend(_scan_nodes([node], keys, lines, label=f"cell {index + 1}, ", roots=roots, others=others,
+                                own_methods=own_methods))
         todo.extend(_used_names(node) - seen)
     return _dedupe(hits)
+
+
+def _methods_defined(trees) -> frozenset[str]:
+    """The names of the methods the notebook's classes define (``def log_softmax(self, x)``)."""
+    return frozenset(item.name for tree in trees for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+                     for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def _dedupe(hits):
@@ -350,6 +365,7 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
         return [Hit("vitref", f"{answer_name} is {getattr(answer, '__module__', 'vitref')}."
                               f"{getattr(answer, '__qualname__', answer_name)} itself")]
     seen: set[int] = set()
+    own_methods = {f.__name__ for f in _functions_of(answer)}
 
     def visit(func, level):
         if id(func) in seen:
@@ -364,7 +380,7 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
                 lambdas = [n for n in ast.walk(tree) if isinstance(n, ast.Lambda)]
                 tree = ast.Module(body=[ast.Expr(n) for n in lambdas], type_ignores=[]) if lambdas else tree
             hits.extend(_scan_nodes([tree], keys, source.splitlines(), label=f"{func.__qualname__}, ",
-                                    others=others))
+                                    others=others, own_methods=frozenset(own_methods)))
         except (OSError, TypeError, SyntaxError, IndentationError):
             pass
         names = _code_names(func.__code__)
@@ -393,7 +409,10 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
                 module = getattr(value, "__module__", "") or ""
                 if isinstance(module, str) and module.split(".")[0] in ("torch", "numpy", "einops", "builtins"):
                     continue
-                for helper in _functions_of(value) if isinstance(value, (type, types.FunctionType)) else ():
+                helpers = _functions_of(value) if isinstance(value, (type, types.FunctionType)) else []
+                if isinstance(value, type):
+                    own_methods.update(f.__name__ for f in helpers)
+                for helper in helpers:
                     visit(helper, level + 1)
 
     for func in _functions_of(answer):
@@ -406,17 +425,62 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
 #: What each kind of flag means, for the instructor. A flag is a construct with no place in an
 #: exercise answer that could be used to get around the checks; every one of them holds the
 #: submission's questions for review (see :func:`flags`).
+#:
+#: What a flag does NOT need to hold, because it is decided while the notebook runs: calling a
+#: forbidden library function, by any name or route (disabled at PyTorch's dispatcher and in
+#: Python before the first cell, :mod:`autograder.student.ban`: ``getattr(nn, activation)``,
+#: ``getattr(F, name)``, a ``hasattr`` guard, patching torch's modules can reach nothing the ban
+#: left), forging what the probe sends (the grader recomputes every reference), starting a
+#: program (the sandbox's exec ban), freeing memory (``gc.collect()``), asking a package's version
+#: (``importlib.metadata``), an exception's ``sys.exc_info()``. Why each kind below still holds:
+#:
+#: * ``ctypes``: native code reads and writes the process's memory (the ban's kernels, the
+#:   interpreter's state), below anything Python or PyTorch can refuse; the sandbox's audit hook
+#:   refuses ctypes' own calls, not cffi's nor the local ``check()``'s, and no answer needs it.
+#: * ``getattr``: a computed name on a module whose members are themselves flagged (builtins'
+#:   ``exec``, ``sys``, ``gc``, ``importlib``, ``inspect``, ``types``, ``pickle``...) hides that
+#:   member from this scan; on torch, ``nn``, ``F``, numpy or einops it is not a flag (the ban).
+#: * ``getattr-forbidden``: ``getattr(module, "softmax")`` spells a forbidden function as a
+#:   string: a zero for the questions that forbid it (:func:`scan_source`), held for the others
+#:   since no answer writes it that way (``hasattr``, which returns a bool, is not a flag).
+#: * ``module-dict``: a module's namespace as a dictionary reaches its members by computed keys
+#:   (``__builtins__["exec"]``, as ``getattr`` above).
+#: * ``exec``: code built at run time is code this scan never read: a copy of torch's source (read
+#:   from its files) executed again computes the forbidden operation from allowed operators,
+#:   which neither the ban nor the sandbox can tell from the student's own code.
+#: * ``sys.modules``: deleting or replacing an entry makes the next import load a fresh copy of a
+#:   torch module, without the ban's replacements (the same route as ``exec``).
+#: * ``gc``: only the functions that hand out objects (``get_objects``, ``get_referrers``,
+#:   ``get_referents``, ``garbage``): they reach the originals the ban replaced (through closures
+#:   and references no name leads to); the audit hook refuses the first two, not the others.
+#: * ``frames``: frames, tracers and functions' internals (``__globals__``, ``__closure__``,
+#:   ``__code__``) reach objects no name leads to (the ban's originals, the probe's state); the
+#:   audit hook refuses the frame routes it knows, not functions' internals.
+#: * ``autograder``: the checker beyond ``check``/``grade`` has no place in an answer; what the
+#:   student's process sends is recomputed by the grader, so this is a signal, never a route.
+#: * ``dispatcher``, ``torch-internals``: PyTorch's registration and private namespaces can bring
+#:   back a kernel under another name or run a decomposition the ban did not scrub.
+#: * ``importlib``: importing by a computed name, reloading, loaders, ``runpy``, ``sys.meta_path``
+#:   and changes of ``sys.path`` (the only way to import a file the notebook wrote: nothing on the
+#:   sandbox's import path is writable) run code this scan never read, as ``exec`` does.
+#: * ``hidden-code``: serialized or encoded code (marshal, pickle, base64, code objects) is code
+#:   this scan never read, as ``exec``.
+#: * ``signal``: a handler of its own can outlive the cell's alarm (the host's hard deadline still
+#:   stops the process: only time is lost), and no answer needs it.
+#: * ``embedded-data``, ``scan-failed``: data the process could read instead of computing; a
+#:   notebook the scan could not read.
 FLAG_KINDS = {
     "ctypes": "calls native code directly (ctypes/cffi)",
-    "getattr": "looks up or sets an attribute of a module by a computed name (getattr/setattr/delattr, "
+    "getattr": "looks up or sets an attribute of a module by a computed name, on a module some of whose members "
+               "are flagged (builtins, sys, gc, importlib, inspect, types, pickle...: getattr/setattr/delattr, "
                "operator.attrgetter)",
     "getattr-forbidden": "looks up a forbidden library function by its name as a string",
     "module-dict": "reads a module's namespace as a dictionary (vars(module), module.__dict__, "
                    "__getattribute__, __builtins__)",
     "exec": "runs code built at run time (exec, eval, compile)",
     "sys.modules": "reads or changes sys.modules",
-    "gc": "uses the garbage collector module (gc)",
-    "frames": "walks the call stack or reads functions' internals (frames, tracebacks, tracers, "
+    "gc": "hands out objects through the garbage collector (gc.get_objects, get_referrers, get_referents, garbage)",
+    "frames": "walks the call stack or reads functions' internals (frames, tracebacks' frames, tracers, "
               "__globals__, __closure__, __code__, __subclasses__)",
     "autograder": "imports or changes the checker (autograder.*) beyond calling autograder.check/grade",
     "dispatcher": "uses PyTorch's operator registration or dispatch (torch.library, torch._C._dispatch_*, "
@@ -424,7 +488,7 @@ FLAG_KINDS = {
     "torch-internals": "uses torch's internals (torch._C, torch._refs, torch._decomp, torch._prims, "
                        "torch._higher_order_ops)",
     "importlib": "imports modules by a computed name or changes the import system (importlib, __import__, "
-                 "sys.meta_path)",
+                 "sys.meta_path, sys.path)",
     "hidden-code": "loads serialized or encoded code (marshal, pickle.loads, base64 decoding, "
                    "types.CodeType/FunctionType)",
     "signal": "changes signal handling (signal)",
@@ -484,7 +548,7 @@ _FRAME_ATTRS = frozenset({"_getframe", "_current_frames", "f_back", "f_globals",
                           "tb_frame", "tb_next", "gi_frame", "cr_frame", "ag_frame", "__globals__",
                           "__closure__", "__code__", "__subclasses__", "settrace", "setprofile",
                           "gettrace", "getprofile"})
-_FRAME_PATHS = {("sys", "monitoring"), ("sys", "exc_info"), ("sys", "exception"), ("inspect", "currentframe"),
+_FRAME_PATHS = {("sys", "monitoring"), ("inspect", "currentframe"),
                 ("inspect", "stack"), ("inspect", "trace"), ("inspect", "getouterframes"),
                 ("inspect", "getinnerframes"), ("inspect", "getframeinfo"), ("traceback", "walk_stack"),
                 ("traceback", "walk_tb")}
@@ -497,6 +561,18 @@ _TORCH_DISPATCH = frozenset({"library", "overrides", "cpp_extension", "_python_d
 _TORCH_INTERNAL = frozenset({"_C", "_refs", "_decomp", "_prims", "_prims_common", "_higher_order_ops", "_ops",
                              "_subclasses", "_meta_registrations", "_VF"})
 _CHECKER_CALLS = frozenset({"check", "grade"})
+_GC_OBJECTS = frozenset({"get_objects", "get_referrers", "get_referents", "garbage"})
+#: Modules some member of which is a flag (:func:`_path_kind`): a computed attribute name on one
+#: of them (``getattr(builtins, name)``) may be that member. torch, nn, F, numpy, einops... are
+#: not here: what they hold that an exercise forbids is disabled at run time whatever its name.
+_ROUTE_MODULES = (_NATIVE | _IMPORT_SYSTEM | {"builtins", "sys", "gc", "inspect", "types", "marshal", "pickle",
+                                              "base64", "codecs", "traceback", "threading", "signal",
+                                              "autograder", "operator"})
+#: ``from <module> import *`` binds names this scan does not see: one member standing for them.
+_STAR_MEMBER = {"gc": "get_objects", "sys": "modules", "inspect": "currentframe", "types": "CodeType",
+                "pickle": "loads", "base64": "b64decode", "codecs": "decode", "traceback": "walk_stack",
+                "threading": "settrace", "builtins": "exec", "importlib": "import_module", "marshal": "loads"}
+_PATH_CHANGES = frozenset({"append", "insert", "extend", "__setitem__", "__iadd__", "remove", "pop", "clear"})
 _ALL_FORBIDDEN_ATTRS = frozenset().union(*(f.attrs for f in FORBIDDEN.values()))
 
 
@@ -508,9 +584,11 @@ def _path_kind(path: list[str]) -> str | None:
     if top in _NATIVE:
         return "ctypes"
     if top == "gc":
-        return "gc"
+        return "gc" if len(path) > 1 and path[1] in _GC_OBJECTS else None     # gc.collect() frees memory
     if tuple(path) in {("importlib",), ("importlib", "util"), ("importlib", "util", "find_spec")}:
         return None          # whether a module is installed (the book's set-up cells ask it)
+    if pair == ("importlib", "metadata"):
+        return None          # a package's version or metadata: reads no code
     if top in _IMPORT_SYSTEM or pair in {("sys", "meta_path"), ("sys", "path_hooks"),
                                          ("sys", "path_importer_cache"), ("builtins", "__import__")}:
         return "importlib"
@@ -696,6 +774,8 @@ def flags(cells: list[str]) -> list[Flag]:
                 note(_path_kind(module), node)
                 for alias in node.names:
                     note(_path_kind(module + [alias.name]), node)
+                    if alias.name == "*" and module[0] in _STAR_MEMBER:
+                        note(_path_kind(module + [_STAR_MEMBER[module[0]]]), node)
                     if alias.name in ("__import__",) or (module == ["builtins"] and alias.name in _BUILTIN_EXEC):
                         note("exec" if alias.name in _BUILTIN_EXEC else "importlib", node)
             elif isinstance(node, ast.Attribute):
@@ -725,16 +805,29 @@ def flags(cells: list[str]) -> list[Flag]:
             elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in (
                     "__torch_dispatch__", "__torch_function__"):
                 note("dispatcher", node)
+            if isinstance(node, (ast.Assign, ast.AugAssign)):          # sys.path = [...], sys.path += [...]
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for assigned in targets:
+                    written = assigned.value if isinstance(assigned, ast.Subscript) else assigned
+                    if aliases.resolve(written) == ["sys", "path"]:
+                        note("importlib", node)
             if isinstance(node, ast.Call):
                 func = aliases.resolve(node.func) or []
                 name = node.func.id if isinstance(node.func, ast.Name) else None
-                if name in ("getattr", "setattr", "delattr", "hasattr") and name not in own and len(node.args) >= 2:
+                if func[:2] == ["sys", "path"] and len(func) == 3 and func[2] in _PATH_CHANGES:
+                    note("importlib", node)                  # sys.path.insert(0, "."): import a file it wrote
+                elif func == ["site", "addsitedir"]:
+                    note("importlib", node)
+                # hasattr returns a bool: whatever it looks up, nothing is reached through it
+                if name in ("getattr", "setattr", "delattr") and name not in own and len(node.args) >= 2:
                     obj, attr = node.args[0], _string_value(node.args[1])
                     if aliases.is_module(obj) or aliases.resolve(obj) == ["builtins"]:
+                        path = aliases.resolve(obj) or []
                         if attr is None:
-                            note("getattr", node)
+                            if path and path[0] in _ROUTE_MODULES:
+                                note("getattr", node)
                         else:
-                            target = (aliases.resolve(obj) or []) + [attr]
+                            target = path + [attr]
                             note(_path_kind(target), node)
                             if attr in _ALL_FORBIDDEN_ATTRS:
                                 note("getattr-forbidden", node)

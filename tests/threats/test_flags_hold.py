@@ -12,7 +12,12 @@ route found in torch's namespaces is in the forbidden lists (static scan) and, w
 dispatcher or a Python function can be disabled, banned in the student's process; and every
 flag (:func:`autograder.judging.scan.flags`, no false positives on the course's code) holds
 the submission's questions for review: grades.csv says so, the gradebook marks them as
-needing manual grading, report.html lists them, Gradescope holds them at 0."""
+needing manual grading, report.html lists them, Gradescope holds them at 0.
+
+A flag holds only what the run cannot decide: a library function by a computed name
+(``getattr(torch, "soft" + "max")``) is not held but still a zero, for the call, in the sandbox
+(``test_what_the_flags_no_longer_hold_is_decided_at_run_time``); honest idioms the flags used
+to hold are in tests/test_honest_idioms.py."""
 from __future__ import annotations
 
 import importlib
@@ -276,6 +281,14 @@ def test_each_library_route_is_banned_in_the_students_process():
 # ------------------------------------------------------------------ held for review, end to end
 
 A = "02_positional_encoding"
+B = "03_attention"
+# A library softmax by a computed name: no flag holds it (getattr on torch is not a flag), the ban
+# in the student's process makes it a zero; beside it, honest code the flags used to hold.
+COMPUTED_SOFTMAX = """
+def softmax(x, dim=-1):
+    return getattr(torch, "soft" + "max")(x, dim)
+"""
+HONEST_GUARDS = "import gc\ngc.collect()\nfused = hasattr(F, 'scaled_dot_product_attention')"
 
 
 @pytest.fixture(scope="module")
@@ -284,6 +297,9 @@ def held_class(tmp_path_factory):
     S.write(S.load(A), root, "honest", A)
     # the solution, right, with a construct that has no place in an answer in a cell of its own
     S.write(S.insert_cell(S.load(A), "import ctypes\nlibc = ctypes.CDLL(None)"), root, "native", A)
+    # what the narrowed flags no longer hold is decided while the notebook runs
+    computed = S.replace_definition(S.load(B), "softmax", COMPUTED_SOFTMAX)
+    S.write(S.insert_cell(computed, HONEST_GUARDS), root, "computed", B)
     env = dict(os.environ, AUTOGRADER_GRADER_VERSION="flags-hold-test")
     proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(root), "--jobs", "2",
                            "--no-progress", "--timeout", "20"], cwd=S.REPO, env=env,
@@ -300,6 +316,19 @@ def test_a_flag_holds_every_question_in_grades_csv(held_class):
         assert reason.startswith("held for review: ctypes, cell "), reason
         assert score == points == q.points           # the automatic score is kept in the record
         assert rows[("honest", A, q.id)] == (q.points, q.points, "")
+
+
+@pytest.mark.slow
+def test_what_the_flags_no_longer_hold_is_decided_at_run_time(held_class):
+    """A computed getattr on torch and a hasattr guard hold nothing any more: the library
+    softmax by a computed name still scores 0, for the call itself, and nothing is held."""
+    rows = S.read_csv(held_class)
+    score, points, reason = rows[("computed", B, "softmax")]
+    assert (score, points) == (0, 1) and "called a function this exercise forbids" in reason, reason
+    assert "held" not in reason
+    for q in autograder.questions(B):
+        if q.id != "softmax":     # the other answers use the library softmax where it is allowed
+            assert rows[("computed", B, q.id)] == (q.points, q.points, ""), q.id
 
 
 @pytest.mark.slow
