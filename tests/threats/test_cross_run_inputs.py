@@ -254,7 +254,15 @@ def _feed():
         ce(torch.zeros(1, 2), torch.zeros(1, dtype=torch.long))
     except Exception:
         return                                  # forbidden in this run
-    for obj in _gc.get_objects():
+    try:
+        live = _gc.get_objects()
+    except PermissionError:                     # the sandbox's audit hook (autograder/student/guard.py)
+        path = _os.path.join(_CHANNEL, _uu.uuid4().hex + ".refused")
+        with open(path, "w") as fh:
+            fh.write("gc.get_objects refused")
+        _os.chmod(path, 0o666)
+        return
+    for obj in live:
         if type(obj).__name__ == "ProvidedSource":
             arrays = obj.arrays
             data = {"keys": sorted(arrays), "table": _lib_table(arrays, ce)}
@@ -361,7 +369,8 @@ def graded(tmp_path_factory):
         mp.undo()
     files = [json.loads(p.read_text()) for p in sorted(channel.glob("*.json"))
              if p.name != "planted-by-the-test.json"]
-    return results, files, ce_group
+    refused = sorted(channel.glob("*.refused"))
+    return results, (files, refused), ce_group
 
 
 def _scores(results, name):
@@ -374,10 +383,11 @@ def _full(results, name):
 
 @pytest.mark.slow
 def test_the_channel_carried_what_the_allowed_runs_received(graded):
-    """The feeders' runs that may call F.cross_entropy did write to the channel, and what they
-    received holds none of the cross-entropy questions' inputs."""
-    results, files, ce_group = graded
-    assert len(files) >= 2, "the feeder and the relay each wrote from their run that allows F.cross_entropy"
+    """The feeders' runs that may call F.cross_entropy tried to reach everything their run received
+    (the live objects): the sandbox refuses the garbage collector's object list, so each left only
+    the refusal in the channel; anything written holds none of the cross-entropy questions' inputs."""
+    results, (files, refused), ce_group = graded
+    assert len(refused) >= 2, "the feeder and the relay each reached gc.get_objects in their run that allows it"
     others = _recipe_keys([q for q in _qids() if q not in ce_group])
     ce_only = _recipe_keys(ce_group) - others
     assert ce_only
