@@ -24,14 +24,14 @@ cell runs, :func:`lockdown`:
     ``/proc/self/mem``, is closed by the kernel: the sandbox makes the process not dumpable);
 * removes the grader's modules from ``sys.modules`` (:func:`hide`), so no name, alias or import
   reaches the probe;
-* makes the grader's classes immutable (``ProbeCase.build = ...`` is a ``TypeError``).
+* makes the grader's classes immutable (``ProbeCase.build = ...`` is a ``TypeError``) and, on CPython
+  3.11, takes them out of their bases' lists of subclasses (``object.__subclasses__()`` does not list them).
 
 :func:`seal` snapshots what the probes rely on (the grader's module and class namespaces, the
 closures of their functions, ``builtins``, the torch and numpy classes and modules the probe calls);
 the payload checks it when a probe's process starts and before it sends the probe's result, and a
-change there fails the question ("the notebook changed ..."): a route this hook does not close
-(``object.__subclasses__()`` to a grader class, then its functions' ``__globals__``) still has to
-change something the seal sees.
+change there fails the question ("the notebook changed ..."): a route this module does not know of
+still has to change something the seal sees.
 
 What stays possible is said in the README ("What the sandbox enforces"). This module defines no class:
 a class is reachable through ``object.__subclasses__()``, and its methods' ``__globals__`` would lead to
@@ -300,6 +300,56 @@ def _freeze_classes() -> None:
     for cls in grader_classes():
         slot = ctypes.c_ulong.from_address(id(cls) + offset)
         slot.value |= IMMUTABLE_TYPE
+    _unlist(grader_classes())
+
+
+def _subclass_registry_offset():
+    """CPython 3.11 only: the byte offset of ``tp_subclasses`` in a type object, found from
+    ``tp_base`` and checked against ``tp_bases`` and ``tp_mro`` (which follow it at known
+    distances); None elsewhere or when a check fails."""
+    import ctypes
+
+    if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11):
+        return None
+    pointer = ctypes.sizeof(ctypes.c_void_p)
+
+    class Base:
+        pass
+
+    class Child(Base):
+        pass
+
+    def slot(cls, offset):
+        return ctypes.c_void_p.from_address(id(cls) + offset).value
+
+    base = next((o for o in range(0, 640, pointer) if slot(Child, o) == id(Base)), None)
+    if base is None or slot(Child, base + 10 * pointer) != id(Child.__bases__) \
+            or slot(Child, base + 11 * pointer) != id(Child.__mro__):
+        return None
+    registry = ctypes.cast(slot(Base, base + 13 * pointer), ctypes.py_object).value
+    if not isinstance(registry, dict) or registry.get(id(Child)) is None or registry[id(Child)]() is not Child:
+        return None
+    return base + 13 * pointer
+
+
+def _unlist(classes) -> None:
+    """Take the grader's classes out of their bases' lists of subclasses, so that
+    ``object.__subclasses__()`` (and any base's) no longer leads to them, nor through their methods'
+    ``__globals__`` to the grader's modules. The classes stay alive (the modules hold them); their
+    bases are built-in or the grader's own immutable classes, so no change of a base has to reach
+    them. Where the layout is not CPython 3.11's, nothing is done and the seal is what remains."""
+    import ctypes
+
+    offset = _subclass_registry_offset()
+    if offset is None:
+        return
+    for cls in classes:
+        for base in cls.__bases__:
+            address = ctypes.c_void_p.from_address(id(base) + offset).value
+            if address:
+                registry = ctypes.cast(address, ctypes.py_object).value
+                if isinstance(registry, dict):
+                    registry.pop(id(cls), None)
 
 
 def grader_modules() -> list:
@@ -307,8 +357,14 @@ def grader_modules() -> list:
 
 
 def grader_classes() -> list:
+    """The classes of the grader's modules, and of the sandbox's runner (``__main__`` when it is the
+    bundle's zygote)."""
     out = []
-    for module in grader_modules():
+    modules = grader_modules()
+    main = sys.modules.get("__main__")
+    if main is not None and str(getattr(main, "__file__", "")).startswith(_BUNDLE):
+        modules.append(main)
+    for module in modules:
         for value in list(vars(module).values()):
             if isinstance(value, type) and getattr(value, "__module__", "") == module.__name__:
                 out.append(value)

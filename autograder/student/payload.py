@@ -190,6 +190,8 @@ def _lock(key: bytes) -> dict:
     namespace as the module ``__main__`` (the process's own ``__main__`` is the sandbox's runner)."""
     import types
 
+    # first, while the sandbox's runner is still __main__ (its classes are frozen and unlisted with ours)
+    guard.lockdown(guard.trusted_dirs([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]), key)
     stubs = _stubs()
     sys.meta_path.insert(0, stubs["BlockGrader"]())
     package = sys.modules["autograder"]      # the bundle's package: test cells call its check()/grade()
@@ -197,7 +199,6 @@ def _lock(key: bytes) -> dict:
     main = types.ModuleType("__main__")
     main.__dict__.update(get_ipython=stubs["get_ipython"], display=stubs["display"])
     sys.modules["__main__"] = main
-    guard.lockdown(guard.trusted_dirs([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]), key)
     return main.__dict__
 
 

@@ -82,9 +82,20 @@ wrong_head("sys_modules_alias", "        pass", cell=(
 wrong_head("subclasses_setattr", "        pass", cell=(
     "found = [c for c in object.__subclasses__() if c.__name__ == 'ProbeCase']\n"
     "type.__setattr__(found[0], 'output', lambda self, name, value: None)"))
-wrong_head("subclasses_globals", "        pass", expect=ZERO, reason="changed", cell=(
+wrong_head("subclasses_globals", "        pass", cell=(
     "found = [c for c in object.__subclasses__() if c.__name__ == 'ProbeRecorder']\n"
     "if found:\n    found[0].run.__globals__['describe_exception'] = lambda error: {}"))
+right_head("subclasses_walk",                # a right head that fails if any base lists a grader class
+           "        seen, todo = set(), [object]\n"
+           "        while todo:\n"
+           "            cls = todo.pop()\n"
+           "            for sub in type.__subclasses__(cls):\n"
+           "                if sub not in seen:\n"
+           "                    seen.add(sub)\n"
+           "                    todo.append(sub)\n"
+           "        ours = [c.__name__ for c in seen if c.__name__ in ('ProbeCase', 'ProbeRecorder', 'Feed',\n"
+           "                                                          'Question', 'ProvidedSource', 'PublicSource')]\n"
+           "        assert not ours, ours", FULL)
 wrong_head("frame_walk", "        import sys\n        f = sys._getframe(1)", reason="_getframe")
 wrong_head("traceback_frame", "        try:\n            1 / 0\n        except ZeroDivisionError as e:\n"
            "            e.__traceback__.tb_frame.f_back", reason="tb_frame")
