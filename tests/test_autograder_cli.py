@@ -169,7 +169,7 @@ def test_patching_the_checker_in_the_submission_changes_nothing(tmp_path):
     results = by_id(check_file(path, ["softmax", "causal_mask", "q7", "attention", "cross_entropy"]))
     assert not any(r.passed for r in results.values()), [r.feedback for r in results.values()]
     # the patched library functions are seen (guard.seal): not checked, whatever the answer
-    assert "changed" in results["causal_mask"].feedback and "torch.allclose" in results["causal_mask"].feedback
+    assert "changed" in results["causal_mask"].feedback and "allclose" in results["causal_mask"].feedback
     # the pool the parameters come from is drawn by the parent and sent as an array: patching
     # numpy's generator in the submission no longer reaches it, so q7 fails on its own mistake
     assert "changed" in results["q7"].feedback          # patched library functions: not checked (guard.seal)

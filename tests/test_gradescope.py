@@ -158,11 +158,12 @@ except Exception:
     data = _run(root)
     _check_format(data)
     scores = {t["name"].split(":")[0]: t["score"] for t in data["tests"]}
-    # the wrong softmax gets nothing; the other answers (correct) keep their points
-    assert scores == {"softmax": 0.0, "attention": 3.0, "attention_head": 2.0, "concept_masked_row": 1.0}, data
+    # torch.Tensor.__eq__ replaced: the probes find the class the checker relies on changed
+    # (autograder/student/guard.py's seal), so no question of this notebook is checked
+    assert scores == {"softmax": 0.0, "attention": 0.0, "attention_head": 0.0, "concept_masked_row": 0.0}, data
     time.sleep(5)                       # the process left behind had its chance
     again = json.loads((root / "results" / "results.json").read_text())
-    assert again["score"] == 6.0 and again["tests"] == data["tests"]
+    assert again["score"] == 0.0 and again["tests"] == data["tests"]   # unchanged by the process left behind
     assert (root / "source" / "config.json").read_bytes() == config
 
 

@@ -250,7 +250,8 @@ def bwrap_command(bundle: Path, preload: list[str], payload: str,
     """The bubblewrap command line that starts one zygote."""
     args = _bwrap_base()
     args += ["--cap-drop", "ALL"]
-    for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_CHOWN"):
+    # CAP_KILL: init (zygote._kill_strays) ends the student uid's strays; the student process drops every capability
+    for cap in ("CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_CHOWN", "CAP_KILL"):
         args += ["--cap-add", cap]
     made = {"/usr", "/etc", "/tmp", "/dev", "/proc"}
     base = os.path.realpath(sys.base_prefix)

@@ -210,19 +210,33 @@ def _await_reap(fd) -> None:
     ready, _, _ = select.select([int(fd)], [], [], REAP_WAIT)
     if ready:
         os.read(int(fd), 1)
-    while True:                 # strays that were this process's own children: reap them (no zombie holds a
-        try:                    # place under the process limit the probes' forks need)
-            if os.waitpid(-1, os.WNOHANG)[0] == 0:
-                break
-        except ChildProcessError:
-            break
+    _reap_children()            # strays that were this process's own children: no zombie holds a place
+                                # under the process limit the probes' forks need
 
 
 def _fork() -> int:
-    """os.fork() (-1 where fork does not exist)."""
+    """os.fork() (-1 where fork does not exist), retried for a second while the process limit is
+    full of the notebook's strays that init has just killed and this process has not reaped yet."""
     if not hasattr(os, "fork"):
         return -1
-    return os.fork()
+    for attempt in range(50):
+        try:
+            return os.fork()
+        except BlockingIOError:
+            if attempt == 49:
+                raise
+            _reap_children()
+            time.sleep(0.02)
+    raise OSError("fork failed")
+
+
+def _reap_children() -> None:
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                return
+        except ChildProcessError:
+            return
 
 
 def _probe_in_fork(q, answer, source, budget: float, emit, registered=frozenset(), changed=None,

@@ -5,7 +5,8 @@ One class is graded once; each attacker is the 03_attention solution with one ch
 
 * **no second program**: ``subprocess``, ``os.system``, ``multiprocessing``'s spawn and ``os.exec*`` in
   a fork fail (seccomp makes ``execve`` fail in the kernel; the audit hook says why) and the answer that
-  needed them scores 0; an honest ``os.fork`` still works;
+  needed them scores 0; an honest ``os.fork`` still works; a process a cell left running is gone when
+  the answers are probed (init ended it, not the student's process);
 * **nothing that decides a value is reachable**: the grader's modules are out of ``sys.modules`` (any
   alias), its classes are immutable (``object.__subclasses__()`` finds them, ``ProbeCase.build = ...``
   fails), a change to its modules' namespaces is seen by the seal (every question of that notebook: not
@@ -70,6 +71,11 @@ right_head("exec_in_fork", "        import os, sys\n        pid = os.fork()\n   
            "            try:\n                os.execv('/bin/true', ['/bin/true'])\n            finally:\n"
            "                os._exit(7)\n        _, status = os.waitpid(pid, 0)\n"
            "        assert os.WEXITSTATUS(status) == 0, 'the program did not start'", HEAD_ZERO, "")
+CLASS["stray_worker"] = ("head-cell", "        import os\n        try:\n            os.kill(_WORKER, 0)\n"
+                         "        except ProcessLookupError:\n            pass\n        else:\n"
+                         "            raise AssertionError('the worker started in a cell is still running')",
+                         FULL, "", "import os, time\n_WORKER = os.fork()\nif _WORKER == 0:\n"
+                         "    while True:\n        time.sleep(0.05)")
 right_head("honest_fork", "        import os\n        pid = os.fork()\n        if pid == 0:\n            os._exit(0)\n"
            "        os.waitpid(pid, 0)", FULL)
 
@@ -108,8 +114,10 @@ wrong_head("signal_handler", "        import signal\n        signal.signal(signa
 def write_class(root: Path) -> None:
     for student, spec in CLASS.items():
         nb = S.load(A)
-        if spec[0] == "head":
+        if spec[0] in ("head", "head-cell"):
             nb = S.replace_definition(nb, "AttentionHead", S.head_with_forward(spec[1]))
+            if spec[0] == "head-cell":      # a cell that leaves a process running: init ends it before the probes
+                nb = S.insert_cell(nb, spec[4])
         else:
             nb = S.replace_definition(nb, "AttentionHead", WRONG_HEAD.format(body=spec[1]))
             if spec[4]:
