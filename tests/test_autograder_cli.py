@@ -173,7 +173,7 @@ def test_patching_the_checker_in_the_submission_changes_nothing(tmp_path):
     # the pool the parameters come from is drawn by the parent and sent as an array: patching
     # numpy's generator in the submission no longer reaches it, so q7 fails on its own mistake
     assert "changed" in results["q7"].feedback          # patched library functions: not checked (guard.seal)
-    assert results["attention"].mistake == "shortcut"
+    assert "changed" in results["attention"].feedback     # (its library attention is also a zero on its own)
     assert "vitref" in results["cross_entropy"].feedback
 
 
