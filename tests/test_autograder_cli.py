@@ -174,7 +174,7 @@ def test_patching_the_checker_in_the_submission_changes_nothing(tmp_path):
     # numpy's generator in the submission no longer reaches it, so q7 fails on its own mistake
     assert "changed" in results["q7"].feedback          # patched library functions: not checked (guard.seal)
     assert "changed" in results["attention"].feedback     # (its library attention is also a zero on its own)
-    assert "vitref" in results["cross_entropy"].feedback
+    assert "changed" in results["cross_entropy"].feedback
 
 
 def test_time_limit_and_exit_status(tmp_path):

@@ -371,10 +371,12 @@ def grader_classes() -> list:
     return out
 
 
+# What shapes the facts the probe reports (the modules it reads parameters with, what encodes the result
+# before it is signed). Not the clocks, os, signal or select: changing those can only cost the notebook time
+# or its results (the host keeps the time; a frame changed after signing fails its MAC).
 SEALED_MODULES = ("builtins", "torch.autograd", "torch.autograd.grad_mode", "torch.nn",
                   "torch.nn.modules.module", "torch.nn.parameter", "torch._tensor",
-                  "numpy", "json", "json.encoder", "zipfile", "io", "os", "struct", "signal", "select", "time",
-                  "traceback", "numpy.lib.npyio", "numpy.lib.format")
+                  "numpy", "json", "json.encoder", "zipfile", "io", "struct", "numpy.lib.npyio", "numpy.lib.format")
 SEALED_CLASSES = (("torch", "Tensor"), ("torch.nn", "Module"), ("torch.nn", "Parameter"), ("torch.nn", "Linear"),
                   ("torch.nn.modules.conv", "_ConvNd"), ("torch.autograd.grad_mode", "no_grad"),
                   ("torch.autograd.grad_mode", "enable_grad"), ("json", "JSONEncoder"), ("zipfile", "ZipFile"))

@@ -358,10 +358,19 @@ def test_a_model_that_looks_up_an_embedded_table_is_not_the_given_fashionvit(zyg
 def test_no_cell_can_find_the_training_data_before_the_probe_asks(zygote):
     result, output = grade(zygote, notebook("""
         import gc
-        from autograder.questions.inputs import ProvidedSource
-        sources = [o for o in gc.get_objects() if isinstance(o, ProvidedSource)]
+        try:                               # the checker's modules are out of reach (guard.hide)
+            from autograder.questions.inputs import ProvidedSource
+        except ImportError as error:
+            print("IMPORT", type(error).__name__, flush=True)
+            ProvidedSource = type(None)
+        try:                               # and so is the garbage collector's list of objects
+            live = gc.get_objects()
+        except PermissionError:
+            print("GC REFUSED", flush=True)
+            live = []
+        sources = [o for o in live if isinstance(o, ProvidedSource)]
         keys = [k for s in sources for k in s.arrays]
-        big = [a.shape for a in gc.get_objects() if isinstance(a, np.ndarray) and a.size >= 10_000 * 784]
+        big = [a.shape for a in live if isinstance(a, np.ndarray) and a.size >= 10_000 * 784]
         files = sorted(os.listdir("."))
         print("SEEN", len(sources), [k for k in keys if "dataset" in k], len(big), files, flush=True)
 
@@ -374,7 +383,8 @@ def test_no_cell_can_find_the_training_data_before_the_probe_asks(zygote):
             return model
         """))
     seen = re.search(r"SEEN (.*)", output).group(1)
-    assert seen == "1 [] 0 ['09_training.ipynb']", output      # the run's inputs object, without the data
+    assert seen == "0 [] 0 ['09_training.ipynb']", output      # nothing of the run's inputs, no data
+    assert "IMPORT ModuleNotFoundError" in output and "GC REFUSED" in output
     assert "PROBE (10000, 1, 28, 28)" in output                  # the probe gets them
     assert not result.passed and result.score == 0 and "accuracy 0." in result.feedback
 
@@ -386,7 +396,10 @@ def test_the_training_is_timed_and_stopped_by_the_grader_not_the_notebooks_clock
     patched = """
         import sys, time as _time
         _time.monotonic = _time.time = _time.perf_counter = lambda: 0.0     # every clock of the process
-        sys.modules["autograder.questions.ch09_training"].time = _time       # and the probe's own module
+        try:                                                                # and the probe's own module
+            sys.modules["autograder.questions.ch09_training"].time = _time     # (out of sys.modules now)
+        except KeyError:
+            pass
 
         def train_vit(images, labels, seconds=60):
             _time.sleep({sleep})
