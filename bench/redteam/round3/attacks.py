@@ -1,0 +1,293 @@
+"""Round 3 red-team reproducers: hostile notebooks made from the solutions, graded in the sandbox.
+
+    PYTHONPATH=$PWD .venv/bin/python -m bench.redteam.round3.attacks [ROOT] [--only NAME ...]
+
+Each attack changes one thing in a solution notebook; ``deserved`` is what an honest grader
+gives the attacked questions (the answer is wrong, or a control). The table printed says
+HOLE when a wrong answer got more than it deserved, LOST when an honest one got less.
+Results of the runs: RESULTS.md next to this file.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+REPO = Path(__file__).resolve().parents[3]
+sys.path.insert(0, str(REPO / "tests"))
+import grading_students as S  # noqa: E402 - tests/ is put on sys.path just above
+
+
+def _sol(assignment):
+    return S.load(assignment, "solutions")
+
+
+def replace_cell_holding(nb, marker: str, source: str):
+    """Replace the (first) code cell whose source holds ``marker`` (06 has three PatchEmbedding cells)."""
+    for cell in nb.cells:
+        if cell.cell_type == "code" and marker in cell.source:
+            cell.source = source
+            return nb
+    raise AssertionError(f"no cell holds {marker!r}")
+
+
+# ----------------------------------------------------------------------------------------- q5
+# Q5 with nn.Linear projection used WITHOUT transpose (x @ W + b): a wrong answer (the layer's
+# weight is (out, in)). It scores 0 as it is; the attacks make the probe report the projection's
+# parameters as "raw" (not owned by an nn.Linear), and the judge then tries W transposed.
+
+MHA_TEMPLATE = '''
+class MultiHeadAttention(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__()
+        self.emb_size, self.num_heads = emb_size, num_heads
+        self.qkv = nn.Linear(emb_size, emb_size * 3)
+        self.att_drop = nn.Dropout(dropout)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None):
+        qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
+        queries, keys, values = qkv[0], qkv[1], qkv[2]
+        energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
+        scaling = (self.emb_size // self.num_heads) ** 0.5
+        att = F.softmax(energy / scaling, dim=-1)
+        att = self.att_drop(att)
+        out = torch.einsum("bhal, bhlv -> bhav", att, values)
+        out = rearrange(out, "b h n d -> b n (h d)")
+        return out @ self.projection.weight + self.projection.bias      # WRONG: no transpose
+{extra}
+
+mha = MultiHeadAttention(emb_size=16, num_heads=4)
+print(mha(torch.randn(2, 5, 16)).shape)
+'''
+
+MHA_WRONG = MHA_TEMPLATE.format(extra="")
+
+# the probe finds each parameter's owner with module.get_submodule(name): the class overrides it
+MHA_GET_SUBMODULE = MHA_TEMPLATE.format(extra='''
+    def get_submodule(self, target):
+        if target == "projection":
+            raise AttributeError(target)      # the probe then takes the owner to be this module: "raw"
+        return super().get_submodule(target)''')
+
+# the probe lists parameters with module.named_parameters(): the class names the projection's
+# weight and bias as its own (top-level) parameters
+MHA_NAMED_PARAMETERS = MHA_TEMPLATE.format(extra='''
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        for name, p in super().named_parameters(prefix, recurse, remove_duplicate):
+            yield name.replace("projection.", "projection_"), p''')
+
+# ----------------------------------------------------------------------------------------- q3/q4
+# A frozen class token (requires_grad=False: it never trains) must lose q3 and q4 (their float64
+# cases ask for the class token's gradient). The attacks freeze it except while probed.
+
+PE_Q3_TEMPLATE = '''
+class PatchEmbedding(PatchEmbeddingQ2):   # extends your Q2 class
+    def __init__(self, in_channels=3, patch_size=16, emb_size=768):
+        super().__init__(in_channels, patch_size, emb_size)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size), requires_grad=False)    # WRONG: frozen
+
+    def forward(self, x):
+{detect}
+        b = x.shape[0]
+        x = self.projection(x)
+        cls_tokens = repeat(self.cls_token, "() n e -> b n e", b=b)
+        x = torch.cat([cls_tokens, x], dim=1)
+        return x
+
+
+PatchEmbeddingQ3 = PatchEmbedding
+print(PatchEmbedding(3, 4, 32)(torch.randn(2, 3, 32, 32)).shape)
+'''
+
+PE_FROZEN = PE_Q3_TEMPLATE.format(detect="        pass")
+# the probe tags every module it builds with an attribute (_autograder_record = its index)
+PE_MARKER = PE_Q3_TEMPLATE.format(detect='''\
+        if "_autograder_record" in self.__dict__:          # built by the checker's probe
+            self.cls_token.requires_grad_(True)''')
+# the probe builds modules in eval mode (module.train(False)); training runs in train mode
+PE_EVAL = PE_Q3_TEMPLATE.format(detect='''\
+        self.cls_token.requires_grad_(not self.training)''')
+
+# The token stays frozen in every mode (never trained, whoever trains the model), but the probe
+# is shown a fresh leaf that does require grad: the probe asks the module itself which tensors are
+# its parameters (module.named_parameters(), after the forward) and takes the gradients of those.
+PE_SHADOW_TEMPLATE = '''
+class PatchEmbedding(PatchEmbeddingQ2):   # extends your Q2 class
+    def __init__(self, in_channels=3, patch_size=16, emb_size=768):
+        super().__init__(in_channels, patch_size, emb_size)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size), requires_grad=False)    # WRONG: frozen
+
+    def forward(self, x):
+        b = x.shape[0]
+        x = self.projection(x)
+        live = self.cls_token.detach().clone().requires_grad_()     # a new leaf every call: never trained
+{keep}
+        cls_tokens = repeat(live, "() n e -> b n e", b=b)
+        x = torch.cat([cls_tokens, x], dim=1)
+        return x
+{extra}
+
+PatchEmbeddingQ3 = PatchEmbedding
+print(PatchEmbedding(3, 4, 32)(torch.randn(2, 3, 32, 32)).shape)
+'''
+
+PE_SHADOW_NAMED = PE_SHADOW_TEMPLATE.format(keep="        self.__dict__['_live'] = live", extra='''
+    def named_parameters(self, prefix="", recurse=True, remove_duplicate=True):
+        for name, p in super().named_parameters(prefix, recurse, remove_duplicate):
+            yield name, (self.__dict__["_live"] if name.endswith("cls_token") and "_live" in self.__dict__ else p)''')
+# the same without overriding any method: the module's own parameter table holds the new leaf
+PE_SHADOW_DICT = PE_SHADOW_TEMPLATE.format(keep="        self._parameters[\"cls_token\"] = live", extra="")
+
+# ----------------------------------------------------------------------------------------- MAC oracle
+# guard.sign's audit event signs data when no frame of the student's code is on the stack. A
+# thread whose target is sys.audit itself has none (threading.py's frames, then C): it signs
+# anything. In the probe's fork the answer writes its own signed frame to fd 3, then points fd 3
+# at /dev/null so the probe's real frame never reaches the grader.
+
+FORGE_HELPERS = r'''
+import io, json, os, struct, sys, threading
+import numpy as np
+
+
+def _sign(message):
+    out = []
+    worker = threading.Thread(target=sys.audit, args=("autograder.guard.sign", message, out))
+    worker.start()
+    worker.join()
+    return out[0] if out else None
+
+
+def _signed_frame(qid, tree, arrays):
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    blob = buffer.getvalue()
+    header = {"event": "result", "qid": qid, "tree": tree}
+    header["mac"] = _sign(json.dumps(header, sort_keys=True, allow_nan=True).encode() + b"\0" + blob)
+    head = json.dumps(header).encode()
+    return struct.pack(">I", len(head)) + head + struct.pack(">I", len(blob)) + blob
+
+
+_SENT = []
+
+
+def _forge(qid, tree, arrays=None):
+    """Once per probe (each probe is a fresh fork): send our frame, silence the probe's."""
+    if _SENT:
+        return
+    _SENT.append(qid)
+    os.write(3, _signed_frame(qid, tree, arrays or {"a0": np.zeros(1)}))
+    os.dup2(os.open("/dev/null", os.O_WRONLY), 3)
+'''
+
+WRONG_HEAD = '''
+class AttentionHead(nn.Module):
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.query = nn.Linear(dim, head_dim)
+        self.key = nn.Linear(dim, head_dim)
+        self.value = nn.Linear(dim, head_dim)
+
+    def forward(self, x, mask=None):
+{body}
+        q, k = self.query(x), self.key(x)
+        return scaled_dot_product_attention(q, k, k, mask)      # keys used as values: wrong
+'''
+
+HEAD_FORGE_FATAL = WRONG_HEAD.format(body='''\
+        _forge("attention_head", {"qid": "attention_head", "fatal": "FORGED-BY-THE-NOTEBOOK", "cases": []})''')
+
+
+def attacks():
+    """name -> (assignment, build() -> notebook, {qid: deserved score} for the attacked questions)."""
+    out = {}
+
+    def add(name, assignment, deserved, edit):
+        out[name] = (assignment, lambda: edit(_sol(assignment)), deserved)
+
+    add("honest04", "04_multihead_attention", {}, lambda nb: nb)
+    add("q5_wrong_plain", "04_multihead_attention", {"q5": 0.0},
+        lambda nb: S.replace_definition(nb, "MultiHeadAttention", MHA_WRONG))
+    add("q5_get_submodule", "04_multihead_attention", {"q5": 0.0},
+        lambda nb: S.replace_definition(nb, "MultiHeadAttention", MHA_GET_SUBMODULE))
+    add("q5_named_params", "04_multihead_attention", {"q5": 0.0},
+        lambda nb: S.replace_definition(nb, "MultiHeadAttention", MHA_NAMED_PARAMETERS))
+    add("honest06", "06_patch_embedding", {}, lambda nb: nb)
+    frozen = {"q3": 0.0, "q4": 0.0}
+    add("q34_frozen_plain", "06_patch_embedding", frozen,
+        lambda nb: replace_cell_holding(nb, "self.cls_token = nn.Parameter", PE_FROZEN))
+    add("q34_frozen_marker", "06_patch_embedding", frozen,
+        lambda nb: replace_cell_holding(nb, "self.cls_token = nn.Parameter", PE_MARKER))
+    add("q34_frozen_eval", "06_patch_embedding", frozen,
+        lambda nb: replace_cell_holding(nb, "self.cls_token = nn.Parameter", PE_EVAL))
+    add("q34_shadow_named", "06_patch_embedding", frozen,
+        lambda nb: replace_cell_holding(nb, "self.cls_token = nn.Parameter", PE_SHADOW_NAMED))
+    add("q34_shadow_dict", "06_patch_embedding", frozen,
+        lambda nb: replace_cell_holding(nb, "self.cls_token = nn.Parameter", PE_SHADOW_DICT))
+    add("honest03", "03_attention", {}, lambda nb: nb)
+
+    def forge_fatal(nb):
+        S.insert_cell(nb, FORGE_HELPERS)
+        return S.replace_definition(nb, "AttentionHead", HEAD_FORGE_FATAL)
+    # deserved 0 either way: the proof is the reason text (FORGED-BY-THE-NOTEBOOK, not "came from the
+    # notebook's own code")
+    add("head_forge_fatal", "03_attention", {"attention_head": 0.0}, forge_fatal)
+    return out
+
+
+def build(root: Path, names) -> dict:
+    table = attacks()
+    chosen = {n: table[n] for n in (names or table)}
+    for name, (assignment, make, _) in chosen.items():
+        S.write(make(), root, name, assignment)
+    return chosen
+
+
+def grade(root: Path, jobs: int = 1, timeout: int = 30) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "autograder", "grade", str(root), "--jobs", str(jobs), "--timeout", str(timeout),
+           "--no-progress"]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+
+
+def report(root: Path, chosen: dict) -> list[tuple]:
+    import autograder
+    with open(root / "grades.csv", newline="", encoding="utf-8") as fh:
+        rows = {(r["student"], r["assignment"], r["question"]): r for r in csv.DictReader(fh)}
+    lines = []
+    for name, (assignment, _, deserved) in chosen.items():
+        for q in autograder.questions(assignment):
+            row = rows.get((name, assignment, q.id))
+            got = float(row["score"]) if row else None
+            want = deserved.get(q.id, float(q.points))
+            held = "held" if row and "held for review" in row.get("reason", "") else ""
+            verdict = "missing row" if row is None else ("HOLE" if got > want else "ok" if got == want else "LOST")
+            lines.append((name, q.id, got, want, verdict, held, (row or {}).get("reason", "")[:160]))
+    return lines
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("root", nargs="?")
+    parser.add_argument("--only", nargs="*")
+    parser.add_argument("--jobs", type=int, default=1)
+    parser.add_argument("--timeout", type=int, default=30)
+    args = parser.parse_args(argv)
+    root = Path(args.root or tempfile.mkdtemp(prefix="redteam3-"))
+    chosen = build(root, args.only)
+    proc = grade(root, args.jobs, args.timeout)
+    if proc.returncode:
+        print(proc.stdout[-3000:], proc.stderr[-3000:])
+    print(f"root: {root}")
+    for line in report(root, chosen):
+        print("%-18s %-20s got %-5s deserved %-5s %-5s %-4s %s" % line)
+
+
+if __name__ == "__main__":
+    main()
