@@ -205,6 +205,68 @@ HEAD_FORGE_FATAL = WRONG_HEAD.format(body='''\
         _forge("attention_head", {"qid": "attention_head", "fatal": "FORGED-BY-THE-NOTEBOOK", "cases": []})''')
 
 
+# ----------------------------------------------------------------------------------------- 09_training
+# A FashionViT trained offline (pretrain.py: longer than the exercise's minute, on 60,000 images),
+# int8, carried in the notebook as identifier NAMES (w0001_<hex> = None): the embedded-data flag
+# counts literals and comments, not names. train_vit trains nothing: it decodes the weights,
+# learns the run's class renumbering from the labels it is given (a confusion matrix of its own
+# predictions on the training images) and permutes the head's rows. The host's clock sees ~1 s.
+
+SMUGGLED_BIN = Path("/tmp/red3/vit_int8.bin")
+NAME_CHUNK = 4000           # hex characters per identifier
+
+
+CELL_NAMES = 20             # identifiers per cell (the preflight allows 100 KB of source in a cell)
+
+
+def smuggled_cells(blob: bytes) -> tuple[list[str], str]:
+    text = blob.hex()
+    names = [f"w{i:04d}_{text[start:start + NAME_CHUNK]} = None"
+             for i, start in enumerate(range(0, len(text), NAME_CHUNK))]
+    carriers = ["\n".join(names[i:i + CELL_NAMES]) + "\n" for i in range(0, len(names), CELL_NAMES)]
+    train = '''
+import numpy as np
+
+
+def train_vit(images, labels, seconds=60):
+    """Train a FashionViT on images uint8 (N, 1, 28, 28) and labels int64 (N,) for at most
+    `seconds` of wall-clock time; return the trained model."""
+    names = sorted(k for k in globals() if k[:1] == "w" and k[1:5].isdigit() and k[5:6] == "_")
+    blob = bytes.fromhex("".join(k[6:] for k in names))
+    model = FashionViT()
+    state, pos = {}, 0
+    for name, value in model.state_dict().items():
+        scale = np.frombuffer(blob[pos:pos + 4], dtype=np.float32)[0]
+        n = value.numel()
+        q = np.frombuffer(blob[pos + 4:pos + 4 + n], dtype=np.int8).astype(np.float32)
+        state[name] = torch.from_numpy(q * scale).reshape(value.shape)
+        pos += 4 + n
+    model.load_state_dict(state)
+    model.eval()
+    with torch.no_grad():
+        pred = torch.cat([model(images[i:i + 500]).argmax(-1) for i in range(0, len(images), 500)])
+    counts = torch.zeros(10, 10)
+    counts.index_put_((pred, labels), torch.ones(len(labels)), accumulate=True)
+    order = counts.argmax(1)                   # the class the model calls k is numbered order[k] here
+    with torch.no_grad():
+        weight, bias = model.head.weight.clone(), model.head.bias.clone()
+        model.head.weight[order] = weight
+        model.head.bias[order] = bias
+    return model
+'''
+    return carriers, train
+
+
+def smuggled(nb):
+    if not SMUGGLED_BIN.exists():
+        raise SystemExit(f"run bench.redteam.round3.pretrain {SMUGGLED_BIN} first")
+    carriers, train = smuggled_cells(SMUGGLED_BIN.read_bytes())
+    S.replace_definition(nb, "train_vit", train)
+    for carrier in carriers:
+        S.insert_cell(nb, carrier, before_name="train_vit")
+    return nb
+
+
 def attacks():
     """name -> (assignment, build() -> notebook, {qid: deserved score} for the attacked questions)."""
     out = {}
@@ -239,6 +301,7 @@ def attacks():
     # deserved 0 either way: the proof is the reason text (FORGED-BY-THE-NOTEBOOK, not "came from the
     # notebook's own code")
     add("head_forge_fatal", "03_attention", {"attention_head": 0.0}, forge_fatal)
+    add("smuggled_vit", "09_training", {"train_to_accuracy": 0.0}, smuggled)
     return out
 
 
