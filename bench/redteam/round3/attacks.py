@@ -267,6 +267,66 @@ def smuggled(nb):
     return nb
 
 
+# The same weights as PROSE in comments: one letters-only four-letter word per byte (the
+# embedded-data flag counts a comment's words that hold a digit, a hex run of 8 or more, or more
+# than 24 characters: none of these). train_vit reads its own notebook (the code cells the
+# sandbox hands it, comments kept) from the working folder.
+_SYLLABLES = [c + v for c in "bghjklmnprstvwz" for v in "aiouy"]
+WORDS = [a + b for a in _SYLLABLES for b in _SYLLABLES][:256]
+PROSE_LINE, PROSE_CELL = 100, 160          # words per comment line, lines per cell (< 100 KB)
+
+PROSE_TRAIN = """
+import glob, json
+import numpy as np
+
+WORDS = [a + b for a in [c + v for c in "bghjklmnprstvwz" for v in "aiouy"]
+         for b in [c + v for c in "bghjklmnprstvwz" for v in "aiouy"]][:256]
+
+
+def train_vit(images, labels, seconds=60):
+    code = {w: i for i, w in enumerate(WORDS)}
+    own = json.load(open(glob.glob("*.ipynb")[0]))
+    text = [line[9:] for cell in own["cells"] for line in "".join(cell["source"]).splitlines()
+            if line.startswith("# notes: ")]
+    blob = bytes(code[w] for line in text for w in line.split())
+    model = FashionViT()
+    state, pos = {}, 0
+    for name, value in model.state_dict().items():
+        scale = np.frombuffer(blob[pos:pos + 4], dtype=np.float32)[0]
+        n = value.numel()
+        q = np.frombuffer(blob[pos + 4:pos + 4 + n], dtype=np.int8).astype(np.float32)
+        state[name] = torch.from_numpy(q * scale).reshape(value.shape)
+        pos += 4 + n
+    model.load_state_dict(state)
+    model.eval()
+    with torch.no_grad():
+        pred = torch.cat([model(images[i:i + 500]).argmax(-1) for i in range(0, len(images), 500)])
+    counts = torch.zeros(10, 10)
+    counts.index_put_((pred, labels), torch.ones(len(labels)), accumulate=True)
+    order = counts.argmax(1)
+    with torch.no_grad():
+        weight, bias = model.head.weight.clone(), model.head.bias.clone()
+        model.head.weight[order] = weight
+        model.head.bias[order] = bias
+    return model
+"""
+
+
+def prose_cells(blob: bytes) -> list[str]:
+    words = [WORDS[b] for b in blob]
+    lines = ["# notes: " + " ".join(words[i:i + PROSE_LINE]) for i in range(0, len(words), PROSE_LINE)]
+    return ["\n".join(lines[i:i + PROSE_CELL]) + "\npass\n" for i in range(0, len(lines), PROSE_CELL)]
+
+
+def smuggled_prose(nb):
+    if not SMUGGLED_BIN.exists():
+        raise SystemExit(f"run bench.redteam.round3.pretrain {SMUGGLED_BIN} first")
+    S.replace_definition(nb, "train_vit", PROSE_TRAIN)
+    for cell in prose_cells(SMUGGLED_BIN.read_bytes()):
+        S.insert_cell(nb, cell, before_name="train_vit")
+    return nb
+
+
 def attacks():
     """name -> (assignment, build() -> notebook, {qid: deserved score} for the attacked questions)."""
     out = {}
@@ -302,6 +362,7 @@ def attacks():
     # notebook's own code")
     add("head_forge_fatal", "03_attention", {"attention_head": 0.0}, forge_fatal)
     add("smuggled_vit", "09_training", {"train_to_accuracy": 0.0}, smuggled)
+    add("smuggled_prose", "09_training", {"train_to_accuracy": 0.0}, smuggled_prose)
     return out
 
 
