@@ -327,6 +327,24 @@ def smuggled_prose(nb):
     return nb
 
 
+# ----------------------------------------------------------------------------------------- the job
+# Frames the host reads without a MAC: "inputs" (the zygote's Feed queues a full copy of the held
+# training data, ~8 MB, for EVERY request, in the zygote's own memory) and "cells" (the driver
+# walks its timed_out list with `index not in skip` on a list: quadratic, in the grading worker).
+
+FEED_BLOAT = r'''
+import json, os, struct
+_head = json.dumps({{"event": "inputs"}}).encode()
+os.write(3, (struct.pack(">I", len(_head)) + _head + struct.pack(">I", 0)) * {count})
+'''
+
+SKIP_DOS = r'''
+import json, os, struct
+_head = json.dumps({{"event": "cells", "count": 1, "errors": [], "timed_out": list(range(1000, 1000 + {count}))}}).encode()
+os.write(3, struct.pack(">I", len(_head)) + _head + struct.pack(">I", 0))
+'''
+
+
 def attacks():
     """name -> (assignment, build() -> notebook, {qid: deserved score} for the attacked questions)."""
     out = {}
@@ -363,6 +381,14 @@ def attacks():
     add("head_forge_fatal", "03_attention", {"attention_head": 0.0}, forge_fatal)
     add("smuggled_vit", "09_training", {"train_to_accuracy": 0.0}, smuggled)
     add("smuggled_prose", "09_training", {"train_to_accuracy": 0.0}, smuggled_prose)
+    # the deserved score of an attacker that only hurts itself: what it gets (no HOLE); the victims are
+    # what counts (graded after it, by the same job)
+    add("aaa_feed_bloat", "09_training", {"train_to_accuracy": 4.0},
+        lambda nb: S.insert_cell(nb, FEED_BLOAT.format(count=200)))
+    for count in (0, 20_000, 40_000):
+        add(f"dos_skip_{count // 1000}k", "02_positional_encoding", {},
+            lambda nb, count=count: S.insert_cell(nb, SKIP_DOS.format(count=count)))
+    add("zzz_victim06", "06_patch_embedding", {}, lambda nb: nb)
     return out
 
 
@@ -374,9 +400,9 @@ def build(root: Path, names) -> dict:
     return chosen
 
 
-def grade(root: Path, jobs: int = 1, timeout: int = 30) -> subprocess.CompletedProcess:
+def grade(root: Path, jobs: int = 1, timeout: int = 30, memory: int | None = None) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "autograder", "grade", str(root), "--jobs", str(jobs), "--timeout", str(timeout),
-           "--no-progress"]
+           "--no-progress"] + (["--memory", str(memory)] if memory else [])
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
 
 
@@ -402,10 +428,11 @@ def main(argv=None):
     parser.add_argument("--only", nargs="*")
     parser.add_argument("--jobs", type=int, default=1)
     parser.add_argument("--timeout", type=int, default=30)
+    parser.add_argument("--memory", type=int, default=None)
     args = parser.parse_args(argv)
     root = Path(args.root or tempfile.mkdtemp(prefix="redteam3-"))
     chosen = build(root, args.only)
-    proc = grade(root, args.jobs, args.timeout)
+    proc = grade(root, args.jobs, args.timeout, args.memory)
     if proc.returncode:
         print(proc.stdout[-3000:], proc.stderr[-3000:])
     print(f"root: {root}")
