@@ -385,7 +385,7 @@ def attacks():
     # what counts (graded after it, by the same job)
     add("aaa_feed_bloat", "09_training", {"train_to_accuracy": 4.0},
         lambda nb: S.insert_cell(nb, FEED_BLOAT.format(count=200)))
-    for count in (0, 20_000, 40_000):
+    for count in (0, 20_000, 40_000, 80_000):
         add(f"dos_skip_{count // 1000}k", "02_positional_encoding", {},
             lambda nb, count=count: S.insert_cell(nb, SKIP_DOS.format(count=count)))
     add("zzz_victim06", "06_patch_embedding", {}, lambda nb: nb)
