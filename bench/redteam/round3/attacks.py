@@ -16,7 +16,6 @@ import sys
 import tempfile
 from pathlib import Path
 
-import nbformat
 
 REPO = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(REPO / "tests"))
