@@ -344,6 +344,28 @@ os.write(3, struct.pack(">I", len(_head)) + _head + struct.pack(">I", 0))
 '''
 
 
+# ----------------------------------------------------------------------------------------- probe budget
+# A right head that needs 8 s on its first call (the probe's budget is 5 s at --timeout 30). The
+# probe's alarm is cancelled through _signal (the scan flags `signal`, not `_signal`; `import _signal`
+# raises no audit event: the module is loaded already), and the parent's wait is ended early by
+# writing "1" on the fork's ready pipe (any writable fd but 3): the parent then waits for the fork
+# with no deadline of its own (only the run's).
+SLOW_BODY = """\
+        import os, time
+        if not _SLOW and os.getpid() != _MAIN:        # the first call in a probe's fork
+            _SLOW.append(1)
+{unlock}
+            time.sleep(8)"""
+UNLOCK = """\
+            import _signal
+            _signal.setitimer(_signal.ITIMER_REAL, 0)
+            for fd in range(4, 64):
+                try:
+                    os.write(fd, b"1")
+                except OSError:
+                    pass"""
+
+
 def attacks():
     """name -> (assignment, build() -> notebook, {qid: deserved score} for the attacked questions)."""
     out = {}
@@ -378,6 +400,12 @@ def attacks():
     # deserved 0 either way: the proof is the reason text (FORGED-BY-THE-NOTEBOOK, not "came from the
     # notebook's own code")
     add("head_forge_fatal", "03_attention", {"attention_head": 0.0}, forge_fatal)
+    for name, unlock in (("slow_head_plain", "            pass"), ("slow_head_unlocked", UNLOCK)):
+        # deserved: 0 (the answer needs more than the probe's budget), unlocked or not
+        add(name, "03_attention", {"attention_head": 0.0},
+            lambda nb, unlock=unlock: S.insert_cell(
+                S.replace_definition(nb, "AttentionHead", S.head_with_forward(SLOW_BODY.format(unlock=unlock))),
+                "import os\n_SLOW, _MAIN = [], os.getpid()"))
     add("smuggled_vit", "09_training", {"train_to_accuracy": 0.0}, smuggled)
     add("smuggled_prose", "09_training", {"train_to_accuracy": 0.0}, smuggled_prose)
     # the deserved score of an attacker that only hurts itself: what it gets (no HOLE); the victims are
