@@ -366,6 +366,24 @@ UNLOCK = """\
                     pass"""
 
 
+# ----------------------------------------------------------------------------------------- ctypes
+# ctypes without the word: numpy.ctypeslib.ctypes (the scan flags ctypes/_ctypes/cffi as the first
+# name of a path only). ctypes.memmove and memset raise no audit event at all (from_address,
+# string_at... do, and the hook refuses them to student frames, though not to a thread whose target
+# is the ctypes function itself): memmove reads and writes any address, called directly or from a
+# thread. The head is right only if the write happened (in the probe's fork).
+CTYPES_BODY = """\
+        import threading
+        ct = np.ctypeslib.ctypes
+        a, b = np.zeros(4), np.arange(1.0, 5.0)
+        worker = threading.Thread(target=ct.memmove, args=(a.__array_interface__["data"][0],
+                                                          b.__array_interface__["data"][0], 32))
+        worker.start()
+        worker.join()
+        if not (a == b).all():
+            raise RuntimeError("the write did not happen")"""
+
+
 def attacks():
     """name -> (assignment, build() -> notebook, {qid: deserved score} for the attacked questions)."""
     out = {}
@@ -406,6 +424,15 @@ def attacks():
             lambda nb, unlock=unlock: S.insert_cell(
                 S.replace_definition(nb, "AttentionHead", S.head_with_forward(SLOW_BODY.format(unlock=unlock))),
                 "import os\n_SLOW, _MAIN = [], os.getpid()"))
+    # the same write called directly (meant as the control: the hook does not see memmove either)
+    direct = CTYPES_BODY.replace("worker = threading.Thread(target=ct.memmove, args=(", "ct.memmove(*(").replace(
+        "        worker.start()\n        worker.join()\n", "")
+    add("ctypes_direct_write", "03_attention", {},
+        lambda nb: S.insert_cell(S.replace_definition(nb, "AttentionHead", S.head_with_forward(direct)),
+                                 "import numpy as np"))
+    add("ctypes_thread_write", "03_attention", {},
+        lambda nb: S.insert_cell(S.replace_definition(nb, "AttentionHead", S.head_with_forward(CTYPES_BODY)),
+                                 "import numpy as np"))
     add("smuggled_vit", "09_training", {"train_to_accuracy": 0.0}, smuggled)
     add("smuggled_prose", "09_training", {"train_to_accuracy": 0.0}, smuggled_prose)
     # the deserved score of an attacker that only hurts itself: what it gets (no HOLE); the victims are
