@@ -19,6 +19,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 
+from ..judging.preflight import MAX_CELLS
 from ..student import wire
 
 MAX_ATTEMPTS = 3
@@ -192,8 +193,14 @@ def _run_group(host, raw, qids, ban, limits, name, draw, outcome, state) -> None
                     outcome.cell_errors = errors[:50]
                     if errors:
                         notes.append("errors while running the notebook: " + "; ".join(errors[:3]))
-                for index in header.get("timed_out") or []:
-                    if isinstance(index, int) and index not in skip:
+                timed = header.get("timed_out")
+                count = header.get("count")
+                # the student's process writes this frame: only indices of real cells, each once, at most
+                # as many as the preflight lets a notebook have (a long list must not cost the grader time)
+                cells = count if isinstance(count, int) and 0 <= count <= MAX_CELLS else MAX_CELLS
+                for index in sorted({i for i in (timed if isinstance(timed, list) else [])[:MAX_CELLS]
+                                     if type(i) is int and 0 <= i < cells} - set(skip)):
+                    if index not in skip:
                         skip.append(index)     # a cell that hit its time limit is not run again
                         notes.append(f"cell {index + 1} did not finish within its time limit; "
                                      f"later runs of the notebook skip it")

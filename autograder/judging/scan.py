@@ -513,6 +513,8 @@ FLAG_KINDS = {
 #: chapters 11,800 characters (07) and 526 literals (08).
 MAX_LITERAL_CHARS = 20_000
 MAX_LITERAL_NUMBERS = 2_000
+MAX_NAME_CHARS = 20_000          # distinct identifiers, in characters (the course's notebooks: under 4,000)
+MAX_COMMENT_CHARS = 40_000       # every comment's characters, prose included (an honest 24,000 stays under)
 
 
 @dataclass(frozen=True)
@@ -581,8 +583,8 @@ def _path_kind(path: list[str]) -> str | None:
     if not path:
         return None
     top, pair = path[0], tuple(path[:2])
-    if top in _NATIVE:
-        return "ctypes"
+    if top in _NATIVE or "ctypeslib" in path or (len(path) > 1 and "ctypes" in path[1:]):
+        return "ctypes"         # also numpy.ctypeslib and an array's .ctypes: ctypes by another name
     if top == "gc":
         return "gc" if len(path) > 1 and path[1] in _GC_OBJECTS else None     # gc.collect() frees memory
     if tuple(path) in {("importlib",), ("importlib", "util"), ("importlib", "util", "find_spec")}:
@@ -594,7 +596,7 @@ def _path_kind(path: list[str]) -> str | None:
         return "importlib"
     if top == "marshal" or pair in _HIDDEN_PATHS:
         return "hidden-code"
-    if top == "signal":
+    if top in ("signal", "_signal"):
         return "signal"
     if pair == ("sys", "modules"):
         return "sys.modules"
@@ -849,11 +851,37 @@ def _embedded_data(cells: list[str], parsed, found: list) -> None:
     an answer needs (:data:`MAX_LITERAL_CHARS`, :data:`MAX_LITERAL_NUMBERS`), at the line that
     holds the most."""
     chars, numbers, per_line = _data_in(cells, parsed)
-    if chars > MAX_LITERAL_CHARS or numbers > MAX_LITERAL_NUMBERS:
-        index, line = max(per_line, key=per_line.__getitem__)
+    names, prose = _names_and_prose(parsed)
+    if chars > MAX_LITERAL_CHARS or numbers > MAX_LITERAL_NUMBERS or names > MAX_NAME_CHARS \
+            or prose > MAX_COMMENT_CHARS:
+        index, line = max(per_line, key=per_line.__getitem__) if per_line else (parsed[0][0], 1)
         lines = cells[index].splitlines()
         text = lines[line - 1].strip()[:100] if 0 < line <= len(lines) else ""
         found.append(Flag("embedded-data", index + 1, line, text))
+
+
+def _names_and_prose(parsed) -> tuple[int, int]:
+    """(characters of the notebook's distinct identifiers, characters of all its comments): weights can
+    ride in names (``w_3fa9c2...``) or in letters-only comment words as well as in literals. An answer
+    names a few hundred things and comments in prose; these limits are many times that."""
+    names: set[str] = set()
+    prose = 0
+    for _index, tree, lines in parsed:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                names.add(node.id)
+            elif isinstance(node, ast.Attribute):
+                names.add(node.attr)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, ast.arg):
+                names.add(node.arg)
+            elif isinstance(node, ast.keyword) and node.arg:
+                names.add(node.arg)
+            elif isinstance(node, ast.alias):
+                names.add(node.asname or node.name)
+        prose += sum(len(line) - line.index("#") for line in lines if "#" in line)
+    return sum(len(name) for name in names), prose
 
 
 def embedded_data(cells: list[str]) -> tuple[int, int]:

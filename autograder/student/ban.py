@@ -54,6 +54,18 @@ _SCRUB_MODULES = ("torch._refs", "torch._refs.nn.functional", "torch._refs.speci
                   "torch._decomp.decompositions", "torch._decomp.decompositions_for_rng")
 
 
+def _keeper():
+    """A function that leaks one reference to an object (Py_IncRef), taken when this module loads:
+    the sandbox disarms ctypes' raw functions before the first cell (autograder.student.guard)."""
+    import ctypes
+
+    incref, as_object = ctypes.pythonapi.Py_IncRef, ctypes.py_object
+    return lambda obj: incref(as_object(obj))
+
+
+_KEEP_ALIVE = _keeper()
+
+
 class ForbiddenCall(RuntimeError):
     """Raised instead of a forbidden function while an answer is checked."""
 
@@ -152,9 +164,8 @@ def install(keys, reversible: bool = False, registered=()) -> Ban:
     if reversible:
         ban.handles = list(handles.values())
     else:
-        import ctypes
         for handle in handles.values():
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(handle))  # keep the registrations alive...
+            _KEEP_ALIVE(handle)                                  # keep the registrations alive...
     handles.clear()                                              # ...with no reference left to undo them
     for key in keys:
         entry = FORBIDDEN[key]

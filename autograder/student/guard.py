@@ -55,6 +55,10 @@ NO_IMPORT = frozenset({"_testcapi", "_testinternalcapi", "_testbuffer", "_testmu
 SIGNAL_EVENT = "autograder.guard.signal"
 SIGN_EVENT = "autograder.guard.sign"
 VAULT_EVENTS = (SIGNAL_EVENT, SIGN_EVENT)
+WATCHED_EVENTS = frozenset({*GC_EVENTS, *VAULT_EVENTS, "sys._getframe", "sys._current_frames", "sys.settrace",
+                            "sys.setprofile", "code.__new__", "compile", "marshal.loads", "marshal.load", "import",
+                            "os.chdir", "object.__getattr__", "object.__setattr__"})
+WATCHED_PREFIXES = PROGRAM_EVENTS + ("ctypes.",)
 
 
 def trusted_dirs(extra=()) -> tuple[str, ...]:
@@ -85,6 +89,8 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
     getframe = sys._getframe
     root = getframe(2)        # the payload's frame (lockdown <- payload._lock <- payload)
     get_ident = _thread.get_ident
+    main_thread = get_ident()
+    sign_code = sign.__code__
     set_handler = _signal.signal        # the original: only the hook holds it from now on
     hmac_digest = _hashlib.hmac_digest
     here = os.path.abspath(__file__)
@@ -133,13 +139,14 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
         return frame is None or is_student(frame.f_code.co_filename)
 
     def student_on_stack(frame) -> bool:
-        """Whether a frame of student code is between the event and the payload (below the payload
-        runs only the sandbox's runner; a thread of the student's has no payload below it)."""
+        """Whether the event comes from the student's code: a frame of it between the event and the
+        payload, or no payload below at all (a thread the notebook started: its bottom is threading's
+        bootstrap or the student's function)."""
         while frame is not None and frame is not root:
             if is_student(frame.f_code.co_filename):
                 return True
             frame = frame.f_back
-        return False
+        return frame is None
 
     def refuse(what: str):
         raise denied(what + " " + REFUSED + " (the grading sandbox refuses it)")
@@ -153,17 +160,16 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
         return not is_student(path)
 
     def hook(event, args) -> None:
+        # the first test settles nearly every event (builtins.id, exec, open...): the hook runs for all
+        if event not in WATCHED_EVENTS and not event.startswith(WATCHED_PREFIXES):
+            return
         ident = get_ident()
         if ident in busy:
             return
         if event.startswith(PROGRAM_EVENTS):
             refuse("starting another program (" + event + ")")
-        watched = (event.startswith("ctypes.") or event in GC_EVENTS or event in VAULT_EVENTS
-                   or event in ("sys._getframe", "sys._current_frames", "sys.settrace", "sys.setprofile",
-                                "code.__new__", "compile", "marshal.loads", "marshal.load", "import", "os.chdir")
-                   or (event == "object.__getattr__" and args[1] in FRAME_ATTRIBUTES)
-                   or (event == "object.__setattr__" and args[1] in FUNCTION_DUNDERS))
-        if not watched:
+        if (event == "object.__getattr__" and args[1] not in FRAME_ATTRIBUTES) \
+                or (event == "object.__setattr__" and args[1] not in FUNCTION_DUNDERS):
             return
         busy.add(ident)
         try:
@@ -174,9 +180,11 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
                 handler = args[1]
                 set_handler(args[0], int_type(handler) if is_instance(handler, int_type) else handler)
             elif event == SIGN_EVENT:
-                # only for data that no frame of the student's code is computing: the probe's own result
-                if student_on_stack(frame) or exact_type(args[0]) is not bytes_type \
-                        or exact_type(args[1]) is not list_type:
+                # only for the probe's own result: asked by guard.sign, on the payload's thread, with the
+                # payload's frame below and no frame of the student's code in between
+                asker = getframe(1)        # (0 is this hook; 1 called sys.audit)
+                if ident != main_thread or asker.f_code is not sign_code or student_on_stack(frame) \
+                        or exact_type(args[0]) is not bytes_type or exact_type(args[1]) is not list_type:
                     refuse("signing a result")
                 args[1].append(hmac_digest(secret, args[0], "sha256").hex())
             elif event.startswith("ctypes.") or event in GC_EVENTS or event == "sys._current_frames":
@@ -218,6 +226,7 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
     _vault_signal(signal_module, _signal)
     gc.set_debug = _refuser("gc.set_debug (DEBUG_SAVEALL keeps every collected object)")
     _freeze_classes()
+    _disarm_ctypes()
 
 
 def sign(data: bytes) -> str:
@@ -268,6 +277,29 @@ def hide() -> None:
     if package is not None:
         for attr in ("student", "questions"):
             package.__dict__.pop(attr, None)
+
+
+# ctypes' functions that read or write memory at an address, and the addresses they are made from:
+# calling a foreign function raises no audit event, so they are taken away (numpy.ctypeslib.ctypes is the
+# same module). Creating a pointer from an address (from_address, from_buffer) and loading a library
+# stay refused by the hook; what the grader itself needs of ctypes it took when its modules loaded.
+_CTYPES_RAW = ("memmove", "memset", "string_at", "wstring_at", "cast", "_cast", "_string_at", "_wstring_at",
+               "pythonapi", "pydll", "cdll", "CDLL", "PyDLL", "LibraryLoader")
+_CTYPES_ADDRESSES = ("_memmove_addr", "_memset_addr", "_string_at_addr", "_wstring_at_addr", "_cast_addr")
+
+
+def _disarm_ctypes() -> None:
+    import _ctypes
+    import ctypes
+
+    refused = _refuser("ctypes")
+    for module in (ctypes, _ctypes):
+        space = vars(module)
+        for name in _CTYPES_RAW:
+            if name in space:
+                setattr(module, name, refused)
+        for name in _CTYPES_ADDRESSES:
+            space.pop(name, None)
 
 
 def _type_flags_offset():
@@ -412,9 +444,10 @@ def seal():
                 value = value.__func__
             if isinstance(value, types.FunctionType) and value.__code__.co_filename.startswith(_BUNDLE):
                 functions.append(value)
-    expected = [(label, space, [(key, id(value)) for key, value in list(space.items())])
-                for label, space in namespaces]
-    cells = [(f, [id(c.cell_contents) for c in (f.__closure__ or ()) if _filled(c)]) for f in functions]
+    # the objects themselves, compared by identity (id() is an audited call: thousands of them per check
+    # would each run the audit hook)
+    expected = [(label, space, list(space.items())) for label, space in namespaces]
+    cells = [(f, [c.cell_contents for c in (f.__closure__ or ()) if _filled(c)]) for f in functions]
     return _verifier(expected, cells, _filled)
 
 
@@ -431,18 +464,25 @@ def _filled(cell) -> bool:
 
 def _verifier(expected, cells, filled):
     missing = object()
-    ident_of, as_list = id, list     # not looked up in builtins, which the student may change
+    as_list, length, pairs = list, len, zip      # not looked up in builtins, which the student may change
 
     def changed() -> list:
         found = as_list()
         for label, space, entries in expected:
-            for key, ident in entries:
-                if ident_of(space.get(key, missing)) != ident:
+            get = space.get
+            for key, value in entries:
+                if get(key, missing) is not value:
                     found.append(label + "." + key)
-        for function, idents in cells:
-            now = [ident_of(c.cell_contents) for c in (function.__closure__ or ()) if filled(c)]
-            if now != idents:
+        for function, values in cells:
+            now = [c.cell_contents for c in (function.__closure__ or ()) if filled(c)]
+            if length(now) != length(values) or any_differs(now, values):
                 found.append(function.__module__ + "." + function.__qualname__ + " (its closure)")
         return found
+
+    def any_differs(now, values) -> bool:
+        for a, b in pairs(now, values):
+            if a is not b:
+                return True
+        return False
 
     return changed

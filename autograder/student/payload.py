@@ -43,6 +43,7 @@ from .probe import probe
 GRACE = 1.0          # seconds kept back from the sandbox's hard limit for sending results
 INPUTS_FILE = ".autograder-inputs.npz"
 REAP_WAIT = 10.0     # seconds to wait for init's answer to a reap request
+EXIT_GRACE = 0.5     # seconds a probe's process has, after its result, to end
 
 # What the notebook's code sees of the checker, defined apart from this module: their globals are a
 # namespace of their own, so nothing reached from them (a method's __globals__) leads to the payload.
@@ -230,6 +231,27 @@ def _fork() -> int:
     raise OSError("fork failed")
 
 
+def _ended_by(pid: int, when: float) -> bool:
+    """Whether child ``pid`` has ended (without reaping it) by the monotonic time ``when``."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):       # no pidfd (old kernel): ask every 5 ms
+        while True:
+            try:
+                if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:
+                return True
+            if time.monotonic() >= when:
+                return False
+            time.sleep(0.005)
+    try:
+        ready, _, _ = select.select([fd], [], [], max(0.0, when - time.monotonic()))
+        return bool(ready)
+    finally:
+        os.close(fd)
+
+
 def _reap_children() -> None:
     while True:
         try:
@@ -276,12 +298,17 @@ def _probe_in_fork(q, answer, source, budget: float, emit, registered=frozenset(
         os._exit(code)
     os.close(ready_w)
     finished = hung = False
+    deadline = time.monotonic() + budget + GRACE
     try:
         ready, _, _ = select.select([ready_r], [], [], budget + GRACE)
         if ready:
             finished = os.read(ready_r, 1) == b"1"
         else:
             hung = True
+        # the byte is only the fork's word (the answer runs there and may write it early): the deadline
+        # holds until the process itself has ended
+        if finished and not _ended_by(pid, deadline + EXIT_GRACE):
+            finished, hung = False, True
     finally:
         os.close(ready_r)
         if not finished:

@@ -27,6 +27,26 @@ from .ban import ForbiddenCall
 
 AUTOGRADER_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
+
+def _library():
+    """torch's own methods, taken when this module loads (before any cell of the notebook runs): the
+    probe calls these, never a method the student's class (or a cell) may have overridden or replaced
+    (``named_parameters`` listing another tensor, ``get_submodule`` hiding an ``nn.Linear``, ``train``
+    unfreezing a parameter when the probe sets eval mode)."""
+    try:
+        import torch
+        from torch import nn
+    except ImportError:             # a grading install without torch: nothing to probe with
+        return None
+    return {"named_parameters": nn.Module.named_parameters, "get_submodule": nn.Module.get_submodule,
+            "train": nn.Module.train, "double": nn.Module.double, "Linear": nn.Linear,
+            "ConvNd": nn.modules.conv._ConvNd, "Module": nn.Module,
+            "requires_grad": torch._C.TensorBase.__dict__["requires_grad"].__get__,
+            "grad": torch.autograd.grad}
+
+
+_TORCH = _library()
+
 MAX_MESSAGE = 400
 
 
@@ -142,6 +162,7 @@ class ProbeCase:
         self.modules: list = []
         self.notes: dict = {}       # descriptive facts a judge may use only to refuse (see note())
         self.built: list = []            # the modules of self.modules, in order (for parameter gradients)
+        self.built_params: list = []     # per module: (index, name, tensor, trainable) as built
         self.error = None
 
     # inputs -------------------------------------------------------------
@@ -177,13 +198,18 @@ class ProbeCase:
                               "back: was it computed with numpy, under torch.no_grad(), or detached?)")
         named = []
         if params:
+            lib = _TORCH
             for m, built in enumerate(self.built):
-                for i, (_, param) in enumerate(built.named_parameters()):
-                    if param.requires_grad:
+                now = [param for _, param in lib["named_parameters"](built)]
+                for i, name, param, trainable in self.built_params[m]:
+                    if i >= len(now) or now[i] is not param:
+                        raise CaseFailure(f"the parameter {name} was replaced after the module was built (in "
+                                          f"forward?): a layer's parameters are made once, in __init__")
+                    if trainable:       # as it was built: a parameter unfrozen later was frozen in training
                         named.append((m, i, param))
         wrt = list(inputs.values()) + [param for _, _, param in named]
         with torch.enable_grad():
-            found = torch.autograd.grad((out * upstream.to(out.dtype)).sum(), wrt, allow_unused=True)
+            found = _TORCH["grad"]((out * upstream.to(out.dtype)).sum(), wrt, allow_unused=True)
         for (name, tensor), grad in zip(inputs.items(), found):
             self.output(f"grad_{name}", grad if grad is not None else torch.zeros_like(tensor))
         for (m, i, _), grad in zip(named, found[len(inputs):]):
@@ -200,41 +226,43 @@ class ProbeCase:
               train: bool = False, dtype: str | None = None, **kwargs):
         """Instantiate the student's module, set its parameters to the checker's values."""
         import torch
-        from torch import nn
 
         if not isinstance(cls, type):
             raise CaseFailure(f"{self.recorder.question.answer_name} should be a class (an nn.Module subclass), "
                               f"got {type(cls).__name__}")
         module = self.call(cls, *args, **kwargs)
-        if not isinstance(module, nn.Module):
+        lib = _TORCH
+        if not isinstance(module, lib["Module"]):
             raise CaseFailure(f"{cls.__name__}(...) is not an nn.Module")
-        module.train(bool(train))
+        lib["train"](module, bool(train))
         index = len(self.modules)
         seed = int(self.case.params.get("seed", 0))
         record = {"params": [], "values": {}, "class": type(module).__name__}
+        params = []         # (index, tensor, trainable): as built, what grads() differentiates against
         with torch.no_grad():
-            for i, (name, param) in enumerate(module.named_parameters()):
+            for i, (name, param) in enumerate(lib["named_parameters"](module)):
                 values = inputs.param_values(tuple(param.shape), seed, index, i, name)
                 param.copy_(torch.from_numpy(values).to(param.dtype))
                 owner_name = name.rpartition(".")[0]
                 try:
-                    owner = module.get_submodule(owner_name) if owner_name else module
+                    owner = lib["get_submodule"](module, owner_name) if owner_name else module
                 except AttributeError:
                     owner = module
-                if isinstance(owner, nn.Linear):
+                if isinstance(owner, lib["Linear"]):
                     owner_kind = "linear"
-                elif isinstance(owner, nn.modules.conv._ConvNd):
+                elif isinstance(owner, lib["ConvNd"]):
                     owner_kind = "conv"
                 else:
                     owner_kind = type(owner).__name__
                 record["params"].append([name, [int(s) for s in param.shape], owner_kind])
                 record["values"][str(i)] = to_array(param.detach().clone(), name)
+                params.append((i, name, param, bool(lib["requires_grad"](param))))
         record["param_names_before"] = [p[0] for p in record["params"]]
         self.modules.append(record)
         self.built.append(module)
-        module._autograder_record = index  # lets check_new_params() notice layers created during forward
+        self.built_params.append(params)
         if dtype == "float64":
-            module.double()
+            lib["double"](module)
         return module
 
     # results -------------------------------------------------------------
@@ -259,11 +287,11 @@ class ProbeCase:
 
     def check_new_params(self, module):
         """After a forward: parameters created during forward mean layers built in forward()."""
-        index = getattr(module, "_autograder_record", None)
+        index = next((i for i, built in enumerate(self.built) if built is module), None)
         if index is None:
             return
         before = set(self.modules[index]["param_names_before"])
-        after = [name for name, _ in module.named_parameters()]
+        after = [name for name, _ in _TORCH["named_parameters"](module)]
         new = [name for name in after if name not in before]
         if new:
             raise CaseFailure(f"your forward() creates new parameters ({', '.join(new[:3])}): build layers such "

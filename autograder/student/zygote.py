@@ -80,8 +80,9 @@ class Feed:
     asks for them, and the clock of the training: from the first delivery to the first
     ``result`` frame of one of ``qids``; past ``limit`` seconds the parent kills the run.
 
-    Every request gets a copy (4-byte length + the bytes); the clock starts at the first, so a
-    notebook cell that asks early only starts its own clock earlier."""
+    The first request gets them (4-byte length + the bytes), every later one an empty answer; the clock
+    starts at the first, so a notebook cell that asks early only starts its own clock earlier (and leaves
+    its probe without data)."""
 
     def __init__(self, data: bytes, limit: float, qids):
         self.data, self.limit, self.qids = bytes(data), float(limit), set(qids)
@@ -93,9 +94,11 @@ class Feed:
 
     def on_event(self, event, qid, now: float) -> None:
         if event == "inputs":
-            if self.started is None:
-                self.started = now
-            self.pending += struct.pack(">I", len(self.data)) + self.data
+            if self.started is None:        # the first request gets the data; any later one nothing (a
+                self.started = now          # notebook asking again and again would queue copies of it)
+                self.pending += struct.pack(">I", len(self.data)) + self.data
+            else:
+                self.pending += struct.pack(">I", 0)
         elif event == "result" and qid in self.qids and self.started is not None and self.seconds is None:
             self.seconds, self.qid = now - self.started, qid
 

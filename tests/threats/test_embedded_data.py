@@ -125,6 +125,22 @@ def test_comments_count_when_they_write_numbers_never_as_prose():
     assert "embedded-data" in _kinds([hexadecimal])
 
 
+def test_weights_in_identifiers_or_in_letters_only_comment_words_are_held_for_review():
+    """Red team, round 3: a trained FashionViT carried in names (``w_<hex>``) or in comment words made
+    of letters only (one letter a nibble) went unflagged and scored 4/4. Distinct identifiers and the
+    whole of the comments count now, with limits far over an answer's (the course's: under 4,200
+    and 2,300 characters)."""
+    rng = np.random.default_rng(5)
+    nibbles = rng.integers(0, 16, 60_000)
+    words = ["".join("abcdefghijklmnop"[n] for n in nibbles[i:i + 12]) for i in range(0, nibbles.size, 12)]
+    in_names = "x = 1\n" + "".join(f"w_{w} = 0\n" for w in words)
+    assert "embedded-data" in _kinds([in_names])
+    in_comments = "x = 1\n" + "".join(f"# {' '.join(words[i:i + 6])}\n" for i in range(0, len(words), 6))
+    assert "embedded-data" in _kinds([in_comments])
+    honest = "x = 1\n" + "".join(f"layer_{i} = nn.Linear(8, 8)  # the {i}th layer of the model\n" for i in range(40))
+    assert "embedded-data" not in _kinds([honest])
+
+
 def test_the_limits_keep_a_wide_margin_over_the_courses_own_code():
     """Every notebook of solutions/ and exercises/ and every answer file of tests/answers holds at
     most a third of each limit (measured: 6,400 characters, 310 number literals), the book's

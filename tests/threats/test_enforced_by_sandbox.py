@@ -193,3 +193,34 @@ def test_only_the_probes_signed_results_count(forged_after, signed, kept):
         assert float(probe["data"]["cases"][0]["outputs"]["out"][0]) == 1.0
     else:
         assert "data" not in probe and "checker's probe" in probe["unavailable"]
+
+
+# ---- what the student's stream asks of the zygote and the driver costs them, not the grader
+
+def test_the_training_data_go_out_once_however_often_they_are_asked_for():
+    """Red team, round 3: 200 'inputs' frames made the zygote queue a copy of the training data each."""
+    from autograder.student.zygote import Feed
+
+    feed = Feed(b"x" * 1000, 10.0, ["train_to_accuracy"])
+    for when in range(200):
+        feed.on_event("inputs", None, float(when))
+    assert len(feed.pending) == 4 + 1000 + 199 * 4          # the data once, then empty answers
+    assert feed.started == 0.0
+
+
+def test_a_long_list_of_timed_out_cells_costs_the_driver_nothing():
+    """Red team, round 3: one forged 'cells' frame with 80,000 indices took the driver 21 s (a list
+    searched for each); only indices of real cells count, once each."""
+    import time
+
+    from autograder.hosts.sandbox import Limits
+
+    def make(options):
+        timed = list(range(80_000)) + ["x", -1, 2 ** 40]
+        return b"".join([wire.frame({"event": "cells", "count": 3, "errors": [], "timed_out": timed}),
+                         wire.frame({"event": "done"})])
+
+    start = time.monotonic()
+    outcome = driver.run_submission(_Host(make), b"{}", ["softmax"], Limits(timeout=5), name="s.ipynb")
+    assert time.monotonic() - start < 2.0
+    assert sum("did not finish within its time limit" in n for n in outcome.reason.split("; ")) == 3
