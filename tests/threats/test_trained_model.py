@@ -411,7 +411,8 @@ def test_the_training_is_timed_and_stopped_by_the_grader_not_the_notebooks_clock
     result, _ = grade(zygote, notebook(patched.format(sleep=30)))
     assert not result.passed and result.score == 0
     assert "train_vit did not return its model within 9 s of receiving its training data" in result.feedback
-    # a cell that knows the channel and asks for the data itself only starts the grader's clock earlier
+    # a cell that knows the channel and asks for the data itself gets them once: the probe, asking after it,
+    # gets nothing (the data go out once: 200 requests must not queue 200 copies)
     result, output = grade(zygote, notebook("""
         import json, struct
         head = json.dumps({"event": "inputs"}).encode()
@@ -426,8 +427,7 @@ def test_the_training_is_timed_and_stopped_by_the_grader_not_the_notebooks_clock
             return FashionViT()            # returns at once
         """))
     assert re.search(r"EARLY \d{7}", output), output
-    assert not result.passed and re.search(r"train_vit took [67] s; it was given seconds=2", result.feedback), \
-        result.feedback
+    assert not result.passed and result.score == 0 and "did not send the input" in result.feedback, result.feedback
 
 
 @pytest.mark.slow
