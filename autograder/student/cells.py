@@ -295,13 +295,6 @@ def _on_alarm(signum, frame_):
     raise CellTimeout()
 
 
-class Shell:
-    """Stand-in for ``get_ipython()``: magics and shell commands do nothing."""
-
-    def __getattr__(self, name):
-        return lambda *args, **kwargs: None
-
-
 def describe_error(error: BaseException, cell_index: int) -> str:
     import traceback
 

@@ -347,7 +347,6 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
             view = view[os.write(result_fd, view):]
 
     options = dict(req.get("options") or {})
-    options["own_pid_namespace"] = req.get("mode") != "limits"
     if data_hi is not None:
         options["data_fd"] = 4
     if ack_hi is not None:
