@@ -17,7 +17,7 @@ import time
 from typing import Any
 
 from .. import data as vdata
-from .config import PRESETS, TrainConfig
+from .config import PRESETS, TrainConfig, resolve_device
 from .evaluate import TTA_MODES
 from .loop import train
 
@@ -93,6 +93,10 @@ def main(argv=None) -> None:
     """Train as the command line says; the last line printed is ``test_accuracy=0.xxxx wall_seconds=NNN``."""
     start = _process_start_time()
     config = parse_args(argv)
+    try:
+        resolve_device(config.device)
+    except ValueError as error:            # e.g. the GPU preset on a machine without CUDA: one line
+        sys.exit(f"{_program_name()}: {error}")
     model, history = train(config, start_time=start)
     where = f" in {history['run_dir']}" if "run_dir" in history else ""
     print(f"{history['num_parameters']:,} parameters, {history['steps']} steps "

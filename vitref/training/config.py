@@ -67,6 +67,8 @@ class TrainConfig:
     threads: int | None = None
     device: str = "auto"
     compile: bool = False
+    cuda_graph: bool = False      # record the step as a CUDA graph, replay it (vitref.training.graphed; CPU: eager)
+    tf32: bool = False            # float32 matrix products on TF32 units (GPU; torch's 'high' matmul precision)
     train_limit: int | None = None  # use only the first N training images (VITREF_FAST sets it)
     test_limit: int | None = None
     out: str | None = "runs"      # run folder parent (None: save nothing)
@@ -86,14 +88,24 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cifar10-gpu": dict(dataset="cifar10", patch_size=4, dim=128, depth=6, num_heads=4, mlp_dim=512, batch_size=128,
                         lr=1e-3, weight_decay=0.05, warmup=0.05, label_smoothing=0.1, crop_padding=4,
                         flip=True, erase=0.25, dropout=0.0, pos_init="sincos", tta="flip", epochs=100),
+    # Fashion-MNIST on one GPU in 2 minutes: the step recorded as a CUDA graph (one launch a step), a
+    # batch and width that give the card work (bench/RESULTS.md, "GPU recipe")
+    "fashion-mnist-gpu": dict(device="cuda", cuda_graph=True, tf32=True, minutes=2.0, patch_size=4, dim=128,
+                              depth=6, num_heads=4, mlp_dim=256, batch_size=512, lr=2e-3, crop_padding=2),
 }
 
 
 def resolve_device(name: str) -> torch.device:
-    """``'auto'``: CUDA when available, else the CPU; any other name as ``torch.device`` reads it."""
+    """``'auto'``: CUDA when available, else the CPU; any other name as ``torch.device`` reads it.
+    Asking for CUDA where there is none is a ValueError that says so in one line."""
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"device {name!r} asked for, but this machine has no CUDA GPU that torch "
+                         f"{torch.__version__} can use: run on a GPU (e.g. Colab: Runtime > Change runtime type), "
+                         f"or use the CPU recipe (no --preset, or --device cpu without --cuda-graph)")
+    return device
 
 
 __all__ = ["TrainConfig", "PRESETS", "resolve_device"]

@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from .. import data as vdata
 from .config import TrainConfig, resolve_device
 from .evaluate import evaluate, forward_passes
+from .graphed import CapturedStep, capturable_adamw, set_learning_rate
 from .models import build_model, init_sincos_positions
 from .optim import lr_at, param_groups
 from .teacher import distillation_loss, distillation_targets
@@ -68,11 +69,12 @@ def train(config: TrainConfig | None = None, *, start_time: float | None = None,
     line passes the process start); default now. ``history`` is the dict saved as
     ``history.json``.
     """
-    threads_before = torch.get_num_threads()
+    threads_before, precision_before = torch.get_num_threads(), torch.get_float32_matmul_precision()
     try:
         return _train(config, start_time, overrides)
     finally:
-        torch.set_num_threads(threads_before)        # thread settings do not leak out of a run
+        torch.set_num_threads(threads_before)        # thread and precision settings do not leak out of a run
+        torch.set_float32_matmul_precision(precision_before)
 
 
 def _train(config: TrainConfig | None, start_time: float | None, overrides: dict):
@@ -80,6 +82,8 @@ def _train(config: TrainConfig | None, start_time: float | None, overrides: dict
     start = time.time() if start_time is None else start_time
     config = _settings(config, overrides)
     device = resolve_device(config.device)
+    if config.tf32:
+        torch.set_float32_matmul_precision("high")     # float32 matrix products on TF32 units (GPU)
     tuner = _thread_tuner(config, device)
     deadline = start + config.minutes * 60 if config.minutes is not None else math.inf
     info = vdata.DATASET_INFO[config.dataset]
@@ -104,6 +108,8 @@ def _train(config: TrainConfig | None, start_time: float | None, overrides: dict
     model.train()
     run.ema_model = _ema_model(config, model)
     run.slice_pool = _slice_pool(tuner)
+    if config.cuda_graph:
+        run.captured_step = CapturedStep(lambda x, y, teacher: _update(run, x, y, teacher), device)
     budget = _Budget(config, deadline, max_steps, len(data.test_labels))
     epoch = 0
     while not budget.done:
@@ -114,6 +120,8 @@ def _train(config: TrainConfig | None, start_time: float | None, overrides: dict
     if run.progress_bar is not None:
         run.progress_bar.close()
     train_seconds = time.time() - budget.start
+    if run.captured_step is not None:
+        history["captured_step"] = run.captured_step.captured     # False on the CPU (eager there)
     if run.ema_model is not None:                   # evaluate and save the averaged weights
         model.load_state_dict(run.ema_model.module.state_dict())
 
@@ -135,6 +143,8 @@ def _settings(config: TrainConfig | None, overrides: dict) -> TrainConfig:
                                      test_limit=config.test_limit or 1000)
     if config.minutes is None and config.epochs is None and config.steps is None:
         raise ValueError("give a budget: minutes, epochs or steps")
+    if config.cuda_graph and config.compile:
+        raise ValueError("cuda_graph and compile are two ways to cut launches: choose one")
     if config.dataset not in vdata.DATASET_INFO:
         raise ValueError(f"unknown dataset {config.dataset!r}: expected one of {sorted(vdata.DATASET_INFO)}")
     return config
@@ -200,8 +210,10 @@ def _model_and_optimizer(config: TrainConfig, info: dict, device: torch.device):
         raise ValueError(f"unknown pos_init {config.pos_init!r}: expected 'random' or 'sincos'")
     model = model.to(device)
     step_model = torch.compile(model) if config.compile else model
-    optimizer = torch.optim.AdamW(param_groups(model, config.weight_decay), lr=config.lr,
-                                  betas=(0.9, config.beta2), fused=device.type in ("cpu", "cuda"))
+    groups = param_groups(model, config.weight_decay)
+    if config.cuda_graph:
+        return model, step_model, capturable_adamw(groups, config, device)
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, config.beta2), fused=device.type in ("cpu", "cuda"))
     return model, step_model, optimizer
 
 
@@ -281,6 +293,7 @@ class _Run:
     progress_bar: Any = None                         # a tqdm bar, or None
     ema_model: AveragedModel | None = None
     slice_pool: ThreadPoolExecutor | None = None
+    captured_step: CapturedStep | None = None        # cuda_graph=True: the step, recorded and replayed
 
 
 class _Budget:
@@ -365,24 +378,33 @@ def _step(run: _Run, batch, budget: _Budget):
     x, y = batch[0], batch[1]                                                  # (B, C, H, W), (B,)
     lr = lr_at(budget.progress, config)
     run.loader.crop_padding = config.crop_padding if budget.progress >= config.crop_from else 0   # for the next batch
-    for group in run.optimizer.param_groups:
-        group["lr"] = lr
+    set_learning_rate(run.optimizer, lr)
     step_start = time.time()
     if tuner is not None and budget.step >= 1:              # step 0 includes one-off warm-up costs
         tuner.before_step(step_start)
-    run.optimizer.zero_grad(set_to_none=True)
     teacher_batch = batch[2] if run.distilled else None      # (B, num_classes) teacher logits
-    loss, batch_correct = forward_backward(run.step_model, x, y, teacher_batch, config,
-                                           tuner.splits if tuner is not None else 1, run.slice_pool)
-    if config.grad_clip:
-        torch.nn.utils.clip_grad_norm_(run.model.parameters(), config.grad_clip)
-    run.optimizer.step()
+    if run.captured_step is not None:
+        loss, batch_correct = run.captured_step(x, y, teacher_batch)
+    else:
+        loss, batch_correct = _update(run, x, y, teacher_batch, tuner.splits if tuner is not None else 1)
     if run.ema_model is not None:
         run.ema_model.update_parameters(run.model)
     budget.step += 1
     if tuner is not None and budget.step >= 2:
         tuner.after_step(time.time() - step_start, time.time(), budget.step)
     return loss, batch_correct, lr
+
+
+def _update(run: _Run, x: torch.Tensor, y: torch.Tensor, teacher_batch: torch.Tensor | None, splits: int = 1):
+    """The math of one optimizer step (what :class:`CapturedStep` records): gradients of the batch
+    ``x (B, C, H, W)``, ``y (B,)``, clipped, then AdamW at the groups' learning rate; returns
+    ``(loss, correct)`` on the device. No host synchronisation, so that a CUDA graph can record it."""
+    run.optimizer.zero_grad(set_to_none=True)
+    loss, batch_correct = forward_backward(run.step_model, x, y, teacher_batch, run.config, splits, run.slice_pool)
+    if run.config.grad_clip:
+        torch.nn.utils.clip_grad_norm_(run.model.parameters(), run.config.grad_clip)
+    run.optimizer.step()
+    return loss, batch_correct
 
 
 def _show_step(progress_bar, budget: _Budget, epoch: int, loss: torch.Tensor, lr: float) -> None:
