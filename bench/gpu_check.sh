@@ -5,7 +5,7 @@
 # and torch, timm, pytest on the machine. Writes logs under $OUT (default /tmp/gpu-check).
 #   sweep: the GPU tests, python -m bench.throughput --device cuda, then five 2-minute runs of
 #          variants of the preset side by side (they share the card: a lower bound for each alone)
-#   final: python -m vitref.train --preset fashion-mnist-gpu alone, twice
+#   final [ARGS]: python -m vitref.train --preset fashion-mnist-gpu alone, then again with ARGS
 set -u
 mode=${1:-sweep}
 OUT=${OUT:-/tmp/gpu-check}; mkdir -p "$OUT"
@@ -26,6 +26,7 @@ if [ "$mode" = sweep ]; then
   wait
   for f in "$OUT"/[A-E]-*.log; do echo "== $(basename "$f")"; tail -3 "$f"; done
 else
-  for run in 1 2; do /usr/bin/time -f "wall %e s" python3 -m vitref.train --preset fashion-mnist-gpu --out "$OUT/runs" \
-      --name "final-$run" --no-progress 2>&1 | tail -3; done
+  # each run alone on the card; extra arguments (e.g. --batch-size 1024 --lr 3e-3) go to the second run
+  python3 -m vitref.train --preset fashion-mnist-gpu --out "$OUT/runs" --name final-1 --no-progress 2>&1 | tail -3
+  python3 -m vitref.train --preset fashion-mnist-gpu --out "$OUT/runs" --name final-2 --no-progress "${@:2}" 2>&1 | tail -3
 fi

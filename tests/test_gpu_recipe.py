@@ -49,8 +49,8 @@ def test_learning_rate_is_filled_in_place_where_it_is_a_tensor():
 
 @pytest.mark.slow   # two short training runs
 def test_recordable_step_trains_as_the_eager_step_on_the_cpu():
-    eager_model, eager = vtrain.train(steps=6, **TINY)
-    graph_model, graph = vtrain.train(steps=6, cuda_graph=True, **TINY)
+    eager_model, eager = vtrain.train(steps=6, device="cpu", **TINY)
+    graph_model, graph = vtrain.train(steps=6, device="cpu", cuda_graph=True, **TINY)
     assert graph["steps"] == eager["steps"] == 6 and graph["captured_step"] is False and "captured_step" not in eager
     for (name, a), b in zip(eager_model.state_dict().items(), graph_model.state_dict().values()):
         torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=name)
