@@ -17,6 +17,7 @@ What is forbidden per exercise is :data:`autograder.questions.forbidden.FORBIDDE
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import io
 import re
@@ -208,6 +209,28 @@ def scan_source(cells: list[str], answer_name: str, keys=()) -> list[Hit]:
     last top-level definition is scanned, then the last definitions of the top-level names
     it uses, and so on (helpers, aliases such as ``sm = torch.softmax``).
     """
+    definitions, roots, others, own_methods = _notebook_index(tuple(cells))
+    if answer_name not in definitions:
+        return []
+    hits, seen, todo = [], set(), [answer_name]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in definitions:
+            continue
+        seen.add(name)
+        node, lines, index = definitions[name]
+        hits.extend(_scan_nodes([node], keys, lines, label=f"cell {index + 1}, ", roots=roots, others=others,
+                                own_methods=own_methods))
+        todo.extend(_used_names(node) - seen)
+    return _dedupe(hits)
+
+
+@functools.lru_cache(maxsize=8)
+def _notebook_index(cells: tuple[str, ...]) -> tuple[dict[str, tuple], frozenset, frozenset, frozenset]:
+    """What :func:`scan_source` needs of a notebook, whichever question it scans for (parsed once
+    per notebook, not once per question; nothing here changes the trees): the last top-level
+    definition of each name ``(node, lines, cell index)``, the library roots and other aliases
+    (:func:`library_aliases`, plus modules assigned from torch or scipy), the methods its classes define."""
     definitions: dict[str, tuple] = {}
     trees = []
     for index, cell in enumerate(cells):
@@ -220,23 +243,10 @@ def scan_source(cells: list[str], answer_name: str, keys=()) -> list[Hit]:
         for node in tree.body:
             for name in _bound_names(node):
                 definitions[name] = (node, lines, index)
-    if answer_name not in definitions:
-        return []
     roots, others = library_aliases(trees)
-    own_methods = _methods_defined(trees)
     assigned = _Aliases(trees)
     roots |= {name for name in assigned.modules if assigned.paths[name][0] in ("torch", "scipy")}
-    hits, seen, todo = [], set(), [answer_name]
-    while todo:
-        name = todo.pop()
-        if name in seen or name not in definitions:
-            continue
-        seen.add(name)
-        node, lines, index = definitions[name]
-        hits.extend(_scan_nodes([node], keys, lines, label=f"cell {index + 1}, ", roots=roots, others=others,
-                                own_methods=own_methods))
-        todo.extend(_used_names(node) - seen)
-    return _dedupe(hits)
+    return definitions, frozenset(roots), frozenset(others), _methods_defined(trees)
 
 
 def _methods_defined(trees) -> frozenset[str]:
