@@ -16,6 +16,7 @@ import autograder
 from autograder.__main__ import main as cli
 from autograder.hosts.child_process import default_questions
 from autograder.hosts.identify import FROM_CHECK_CELLS, FROM_GRADE_IDS, Unidentified, identify
+from autograder.instructor.nbtools import marks_problem
 from autograder.student.cells import SubmissionError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -63,6 +64,19 @@ def test_a_script_export_is_named_by_its_check_cells(assignment, tmp_path):
     identity = identify(script)
     assert identity.assignments == (assignment,) and identity.found_by == FROM_CHECK_CELLS
     assert identity.qids == own_questions(assignment)
+
+
+@pytest.mark.parametrize("assignment", ASSIGNMENTS)
+def test_make_assignments_holds_every_exercise_to_both_marks(assignment, tmp_path):
+    """``make assignments`` refuses an exercise notebook whose grade ids or check cells do not name
+    every question of its assignment (nbtools.marks_problem, after nbgrader writes it)."""
+    assert marks_problem(source("exercises", assignment), assignment) is None
+    nb = nbformat.read(source("exercises", assignment), as_version=4)
+    first = autograder.questions(assignment)[0].id
+    nb.cells = [c for c in nb.cells if not c.source.startswith(f'print(autograder.grade("{first}"')]
+    nbformat.write(nb, tmp_path / "x.ipynb")
+    problem = marks_problem(tmp_path / "x.ipynb", assignment)
+    assert problem and "its check cells name" in problem and first in problem
 
 
 def percent_script(path: Path) -> str:
