@@ -479,6 +479,7 @@ MISTAKES = [
             "0.1.", _few_steps),
 ]
 
+
 def measures(question, data) -> dict:
     """For a leaderboard: the held-out accuracy the grader measured and the seconds the host
     measured (``measured_seconds``: never the probe's own ``train_seconds``), of a run that
