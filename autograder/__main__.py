@@ -7,9 +7,13 @@
     python -m autograder report ROOT           (ROOT/report.html from the saved results)
 
 ``check`` runs PATH (a notebook or a Python file) in a fresh process with a time limit,
-probes the answers there and judges them here; it prints a table (or, with ``--json``, a
-list of objects with id, passed, score, max_score, feedback, mistake). Exit status 0 whether
-or not the answers pass; 2 when PATH cannot be read or the command line is wrong.
+probes the answers there and judges them here. Without ``--question`` it checks the questions
+of PATH's own assignment, named by the marks the exercise notebook carries (its nbgrader grade
+ids, else its check cells' ``print(autograder.grade("<id>", ...))`` lines:
+:mod:`autograder.hosts.identify`), whatever the file is called; a file without them is refused
+with status 2. It prints a table (or, with ``--json``, a list of objects with id, passed,
+score, max_score, feedback, mistake). Exit status 0 whether or not the answers pass; 2 when
+PATH cannot be read, says no assignment, or the command line is wrong.
 """
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ import sys
 def _check(args) -> int:
     import autograder
     from .hosts.child_process import check_file, format_table
+    from .hosts.identify import identify
     from .student.cells import SubmissionError
 
     try:
@@ -30,7 +35,10 @@ def _check(args) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     try:
-        results = check_file(args.path, args.question, timeout=args.timeout)
+        # the questions named, else those of the file's own assignment (its nbgrader marks)
+        identity = None if args.question else identify(args.path)
+        qids = args.question or list(identity.qids)
+        results = check_file(args.path, qids, timeout=args.timeout)
     except SubmissionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -38,9 +46,9 @@ def _check(args) -> int:
         print(json.dumps([r.to_dict() for r in results], indent=2))
     else:
         print(format_table(results))
-        note = written_note(args.path)
-        if note:
-            print(note)
+        for note in (identity.note() if identity else "", written_note(args.path)):
+            if note:
+                print(note)
     return 0
 
 
@@ -98,7 +106,8 @@ def main(argv=None) -> int:
     check = sub.add_parser("check", help="check the answers in a notebook or Python file")
     check.add_argument("path", help="a notebook (.ipynb) or Python file (.py)")
     check.add_argument("--question", "-q", action="append", metavar="QID",
-                       help="question id to check (repeatable); default: the file's assignment")
+                       help="question id to check (repeatable); default: the questions of the assignment "
+                            "the file's nbgrader grade ids (or check cells) name")
     check.add_argument("--json", action="store_true", help="print JSON instead of a table")
     check.add_argument("--timeout", type=float, default=60.0, help="seconds for running the file (default 60)")
     listing = sub.add_parser("questions", help="list the questions")

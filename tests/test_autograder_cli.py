@@ -39,14 +39,57 @@ def by_id(results):
 
 
 def test_cli_on_the_solutions_file_passes_everything(tmp_path):
+    """The solutions file carries no assignment's marks (tests/test_identify.py): its questions are named."""
     answers = shutil.copy(SOLUTIONS, tmp_path / "answers.py")
-    done = run_cli("check", answers, "--json")
+    done = run_cli("check", answers, "--json", *(arg for q in autograder.questions() for arg in ("-q", q.id)))
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
     assert [r["id"] for r in results] == [q.id for q in autograder.questions()]
     for r in results:
         assert set(r) >= {"id", "passed", "score", "max_score", "feedback"}
         assert r["passed"] and r["score"] == r["max_score"] > 0, r
+
+
+ASSIGNMENTS = sorted({q.chapter for q in autograder.questions()})
+
+
+def _trains(assignment: str) -> bool:
+    return any(q.seconds for q in autograder.questions(assignment))
+
+
+@pytest.mark.parametrize("assignment", [pytest.param(a, marks=pytest.mark.alone) if _trains(a) else a
+                                        for a in ASSIGNMENTS])   # alone: the training's wall-clock minute
+def test_a_colab_copy_of_each_solution_passes_with_its_own_questions_only(assignment, tmp_path):
+    """Colab's "Save a copy in Drive" names the file "Copy of <a>.ipynb": the check reads the
+    assignment from the notebook's grade ids and gives every mark, with no other chapter's question
+    (chapter 7 gives chapter 4's MultiHeadAttention: by its names it looked like chapter 4 and 5)."""
+    copy = tmp_path / "Drive" / "Colab Notebooks" / f"Copy of {assignment}.ipynb"
+    copy.parent.mkdir(parents=True)
+    shutil.copy(ROOT / "solutions" / assignment / f"{assignment}.ipynb", copy)
+    done = run_cli("check", copy, "--json")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert [r["id"] for r in results] == [q.id for q in autograder.questions(assignment)]
+    for r in results:
+        assert r["passed"] and r["score"] == r["max_score"] > 0, r
+
+
+def test_a_renamed_notebook_and_its_script_export_pass_as_their_assignment(tmp_path):
+    from nbconvert import ScriptExporter
+
+    renamed = shutil.copy(ROOT / "solutions" / "07_vit" / "07_vit.ipynb", tmp_path / "my work.ipynb")
+    done = run_cli("check", renamed)
+    assert done.returncode == 0, done.stderr
+    total = next(line for line in done.stdout.splitlines() if line.startswith("total"))
+    assert total.split() == ["total", "4/4", "8/8"], done.stdout
+    assert "q5" not in done.stdout and "Checked the questions of 07_vit" in done.stdout
+    script = tmp_path / "vit export.py"          # jupyter nbconvert --to script: no metadata left
+    script.write_text(ScriptExporter().from_filename(str(renamed))[0])
+    done = run_cli("check", script, "--json")
+    assert done.returncode == 0, done.stderr
+    results = json.loads(done.stdout)
+    assert [r["id"] for r in results] == [q.id for q in autograder.questions("07_vit")]
+    assert all(r["passed"] and r["score"] == r["max_score"] for r in results), results
 
 
 NOTEBOOK_CELLS = [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -83,18 +84,37 @@ def _run(root: Path, **env) -> dict:
     return data
 
 
-def _check_format(data: dict) -> None:
+OUTPUT_FORMATS = ("text", "html", "simple_format", "md", "ansi")
+
+
+def _check_format(data: dict, points: dict = POINTS) -> None:
     """Gradescope's results.json format: the keys and types its specification names."""
     assert isinstance(data["score"], float)
     assert isinstance(data["execution_time"], int) and data["execution_time"] >= 0
     assert isinstance(data["output"], str) and data["stdout_visibility"] == "hidden"
     assert data["visibility"] in ("visible", "hidden", "after_due_date", "after_published")
-    assert [t["name"].split(":")[0] for t in data["tests"]] == list(POINTS)
+    assert data["output_format"] == "md"                 # the summary's table and notes
+    assert [t["name"].split(":")[0] for t in data["tests"]] == list(points)
     for t in data["tests"]:
         assert set(t) >= {"name", "score", "max_score", "output", "visibility", "status"}
-        assert t["max_score"] == POINTS[t["name"].split(":")[0]]
+        assert t["max_score"] == points[t["name"].split(":")[0]]
         assert 0 <= t["score"] <= t["max_score"] and t["status"] in ("passed", "failed")
+        assert t["output_format"] in OUTPUT_FORMATS
     assert data["score"] == sum(t["score"] for t in data["tests"])
+    for entry in data.get("leaderboard", []):
+        assert set(entry) == {"name", "value", "order"} and entry["order"] in ("asc", "desc")
+        assert isinstance(entry["name"], str) and isinstance(entry["value"], (int, float))
+
+
+def _shown(markdown: str) -> str:
+    """What a reader sees of a markdown output (CommonMark with GFM's tables and autolinks), and
+    that it holds no link, image or HTML of a student's."""
+    from markdown_it import MarkdownIt
+
+    html = MarkdownIt("gfm-like").render(markdown)
+    assert not re.search(r"<(a|img|script|iframe)\b", html), html
+    return " ".join(re.sub(r"<[^>]+>", "", html).replace("&quot;", '"').replace("&amp;", "&")
+                    .replace("&lt;", "<").replace("&gt;", ">").replace("&#39;", "'").split())
 
 
 def test_honest_submission_full_marks_from_the_zips_copy(tmp_path, zip_path):
@@ -179,13 +199,46 @@ def test_a_broken_grader_still_writes_results(tmp_path, zip_path):
     assert "could not grade" in data["output"] and "99_nothing" in data["output"]
 
 
-def test_assignment_detected_from_the_notebook_name(tmp_path, zip_path):
+def test_assignment_detected_from_the_notebooks_grade_ids_not_its_name(tmp_path, zip_path):
     from autograder.instructor import gradescope
-    (tmp_path / "sub").mkdir()
-    S.nbformat.write(S.load("05_blocks"), tmp_path / "sub" / "05_blocks.ipynb")
-    assert gradescope.detect_assignment(tmp_path / "sub") == "05_blocks"
+    for name, assignment, expected in (("Copy of 05_blocks.ipynb", "05_blocks", "05_blocks"),
+                                       ("05_blocks.ipynb", "03_attention", "03_attention"),
+                                       ("my work.ipynb", "07_vit", "07_vit")):
+        folder = tmp_path / name.replace(" ", "_")
+        folder.mkdir()
+        S.nbformat.write(S.load(assignment), folder / name)
+        assert gradescope.detect_assignment(folder) == expected, name
     (tmp_path / "none").mkdir()
     assert gradescope.detect_assignment(tmp_path / "none") is None
+    unmarked = S.load("05_blocks")
+    for cell in unmarked.cells:
+        cell.metadata = {}
+    unmarked.cells = [c for c in unmarked.cells if "autograder.grade(" not in c.source]
+    (tmp_path / "unmarked").mkdir()
+    S.nbformat.write(unmarked, tmp_path / "unmarked" / "05_blocks.ipynb")
+    assert gradescope.detect_assignment(tmp_path / "unmarked") is None       # its name alone says nothing
+
+
+def test_among_several_notebooks_the_one_whose_grade_ids_name_the_assignment_is_graded(tmp_path, zip_path):
+    # another assignment's notebook under this one's name, and Colab's copy of this one's
+    root = _tree(tmp_path, zip_path, S.load("02_positional_encoding"))
+    S.nbformat.write(S.load(A), root / "submission" / f"Copy of {A}.ipynb")
+    data = _run(root)
+    _check_format(data)
+    assert data["score"] == 7.0 and data["extra_data"]["notebook"] == f"Copy of {A}.ipynb", data
+    assert f"graded Copy of {A}.ipynb" in _shown(data["output"])
+
+
+def test_a_students_text_in_the_feedback_shows_as_text(tmp_path, zip_path):
+    """The markdown outputs escape what the student's code raised: a message with an image, a link
+    and HTML shows as the characters it is, in Gradescope's markdown."""
+    message = "![pixel](https://evil.example/p.png) <img src=x onerror=alert(1)> [x](javascript:alert(1))"
+    nb = S.replace_definition(S.load(A), "softmax", f"def softmax(x, dim=-1):\n    raise ValueError({message!r})\n")
+    data = _run(_tree(tmp_path, zip_path, nb))
+    _check_format(data)
+    softmax = next(t for t in data["tests"] if t["name"].startswith("softmax:"))
+    assert softmax["status"] == "failed" and softmax["output_format"] == "md"
+    assert message in _shown(softmax["output"]), softmax["output"]
 
 
 def test_a_training_assignments_zip_fetches_its_data_at_setup(tmp_path, zip_path):
@@ -213,8 +266,46 @@ def test_a_flagged_submission_is_held_at_zero_with_the_flag_in_each_output(tmp_p
     _check_format(data)
     assert data["score"] == 0.0
     for t in data["tests"]:
-        assert t["status"] == "failed" and t["output"].startswith("Held for review"), t
-        assert "(ctypes/cffi)" in t["output"] and "import ctypes" in t["output"], t
-        assert f"automatic score {t['max_score']:g}/{t['max_score']:g}" in t["output"], t
+        shown = _shown(t["output"])
+        assert t["status"] == "failed" and shown.startswith("Held for review"), t
+        assert "(ctypes/cffi)" in shown and "import ctypes" in shown, t
+        assert f"automatic score {t['max_score']:g}/{t['max_score']:g}" in shown, t
     assert data["extra_data"]["held"] == POINTS
-    assert "Held for review" in data["output"]
+    assert "Held for review" in _shown(data["output"]) and "leaderboard" not in data
+
+
+TRAINING_POINTS = {"train_to_accuracy": 4.0, "concept_augmentation": 1.0}
+SHORT_TRAINING = 15           # seconds the submission below trains, of the 60 it is given
+
+
+@pytest.mark.alone            # the leaderboard's seconds are the host's wall clock
+def test_the_training_leaderboard_is_what_the_grader_measured(tmp_path):
+    """09_training in the fake tree: the leaderboard has the held-out accuracy the grader computed
+    and the seconds its host measured. The notebook trains for 15 s and then stops its own clock, so
+    the probe's train_seconds says it took no time: the leaderboard's seconds are the host's."""
+    from autograder.instructor.gradescope import build
+
+    zip_09 = build("09_training", out=tmp_path / "dist" / "09.zip")
+    nb = S.load("09_training")
+    answer = next(c for c in nb.cells if c.cell_type == "code" and "def train_vit(" in c.source)
+    answer.source = (answer.source.replace("def train_vit(", "def _train_vit_for(", 1) + f"""
+
+
+def train_vit(images, labels, seconds=60):
+    started = time.monotonic()
+    model = _train_vit_for(images, labels, {SHORT_TRAINING})
+    time.monotonic = lambda: started           # the notebook's own clock: no time went by
+    return model
+""")
+    root = tmp_path / "gs"
+    root.mkdir()
+    data = _run(_tree(root, zip_09, nb))
+    _check_format(data, TRAINING_POINTS)
+    assert [(e["name"], e["order"]) for e in data["leaderboard"]] == [("Held-out accuracy", "desc"),
+                                                                      ("Training seconds", "asc")], data
+    accuracy, seconds = (e["value"] for e in data["leaderboard"])
+    assert 0.9 * SHORT_TRAINING <= seconds < 60, data["leaderboard"]  # the host's clock, not the notebook's
+    assert 0.0 < accuracy <= 1.0
+    train = next(t for t in data["tests"] if t["name"].startswith("train_to_accuracy:"))
+    assert f"held-out accuracy (the grader's prediction) {accuracy:.4f}" in _shown(train["output"]), train
+    assert f"training time (the grader's clock) {seconds:.1f} s" in _shown(train["output"]), train

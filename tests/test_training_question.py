@@ -9,6 +9,7 @@ file), in the sandbox by tests/test_grading_batch.py, and in its notebook by nbv
 """
 from __future__ import annotations
 
+import re
 import time
 
 import numpy as np
@@ -136,6 +137,54 @@ def test_the_hosts_clock_counts_not_the_students(monkeypatch):
     data = _data(_labels(), None)                                     # the host never handed over the data
     result = judge(Q, data)
     assert not result.passed and "never handed train_vit its training data" in result.feedback
+
+
+def _with_accuracy(accuracy: float) -> np.ndarray:
+    """Predictions of the held-out images whose accuracy is ``accuracy`` (the first ones wrong)."""
+    labels = _labels()
+    wrong = int(round((1 - accuracy) * len(labels)))
+    return np.where(np.arange(len(labels)) < wrong, (labels + 1) % 10, labels)
+
+
+@pytest.mark.parametrize("accuracy, warned", [(0.80, True), (0.81, True), (0.8195, True), (0.82, False),
+                                              (0.90, False)])
+def test_a_pass_within_two_points_of_the_bar_is_warned_about(accuracy, warned, monkeypatch):
+    """A pass by less than 2 points still passes, and the feedback says it is close to the bar, why
+    that is fragile and what makes it robust, in words (no code)."""
+    result = judge(Q, _data(_with_accuracy(accuracy), monkeypatch=monkeypatch))
+    assert result.passed and result.score == Q.points, result.feedback
+    assert ("Close to the bar" in result.feedback) is warned, result.feedback
+    if warned:
+        warning = result.feedback[result.feedback.index("Close to the bar"):]
+        assert warning.startswith(f"Close to the bar: {accuracy:.4g} is within 2 points of the 0.80 needed")
+        assert "seed" in warning and "whole time budget" in warning
+        assert not re.search(r"\w\(|=|\bimport\b|torch\.", warning), warning      # advice, not code
+        assert result.feedback.endswith("before you submit.")
+    failed = judge(Q, _data(_with_accuracy(0.79), monkeypatch=monkeypatch))
+    assert not failed.passed and "Close to the bar" not in failed.feedback
+
+
+def test_the_measures_are_the_graders_accuracy_and_the_hosts_clock(monkeypatch):
+    """What a leaderboard shows: the accuracy of the grader's own predictions and the host's
+    seconds; the probe's own clock (train_seconds) is never one of them."""
+    data = _data(_with_accuracy(0.85), seconds=42.5, monkeypatch=monkeypatch)
+    data["cases"][0]["outputs"]["train_seconds"] = np.float64(0.25)        # what a patched clock would say
+    data["cases"][0]["outputs"]["accuracy"] = np.float64(1.0)              # a number of the student's: unread
+    result = judge(Q, data)
+    assert result.passed and dict(result.measures) == {"accuracy": 0.85, "seconds": 42.5}
+    assert result.to_dict()["measures"] == {"accuracy": 0.85, "seconds": 42.5}
+    # below the bar but in time: measured all the same (a leaderboard ranks it lower)
+    assert dict(judge(Q, _data(_with_accuracy(0.5), 30.0, monkeypatch)).measures) == {"accuracy": 0.5,
+                                                                                        "seconds": 30.0}
+    # no host clock (an in-notebook check: only the probe's), overtime, or a refused model: nothing
+    no_host = _data(_with_accuracy(0.85), monkeypatch=monkeypatch)
+    del no_host["cases"][0]["measured_seconds"]
+    assert judge(Q, no_host).measures == ()
+    assert judge(Q, _data(_with_accuracy(0.85), 80.0, monkeypatch)).measures == ()
+    refused = _data(_labels())
+    refused["cases"][0]["notes"]["num_heads"] = 8
+    assert judge(Q, refused).measures == ()
+    assert "measures" not in judge(Q, refused).to_dict()
 
 
 def test_a_diverged_run_is_named_from_its_parameters():

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..judging.model import Result
-from ..student.cells import defined_names, read_cells
+from ..student.cells import read_cells
 from .driver import run_submission
+from .identify import identify
 from .sandbox import RunResult, make_bundle
 
 DEFAULT_TIMEOUT = 60.0
@@ -154,20 +155,12 @@ def _kill_group(process) -> None:
         pass
 
 
-def default_questions(path, cells=None) -> list[str]:
-    """Which questions to check when none are named: the assignment's, when the file is
-    named after one (``03_attention.ipynb``), else those whose answer name the file defines."""
-    import autograder
-
-    path = Path(path)
-    all_questions = autograder.questions()
-    stem = path.stem
-    for chapter in sorted({q.chapter for q in all_questions}):
-        if stem == chapter or stem.startswith(chapter):
-            return [q.id for q in all_questions if q.chapter == chapter]
-    names = defined_names(cells if cells is not None else read_cells(path, honor_mark=False))
-    found = [q.id for q in all_questions if q.answer_name in names]
-    return found or [q.id for q in all_questions]
+def default_questions(path) -> list[str]:
+    """Which questions to check when none are named: those of the file's own assignment, read
+    from the marks the exercise notebook carries (:func:`autograder.hosts.identify.identify`),
+    never from the file's name nor from the names its code defines.
+    :class:`autograder.hosts.identify.Unidentified` (a SubmissionError) when it carries none."""
+    return list(identify(path).qids)
 
 
 def check_file(path, qids=None, timeout: float = DEFAULT_TIMEOUT) -> list[Result]:
@@ -182,7 +175,7 @@ def check_submission(path, qids=None, timeout: float = DEFAULT_TIMEOUT):
 
     path = Path(path)
     cells = read_cells(path, honor_mark=False)     # the student's own file: a mark in it means nothing
-    qids = list(dict.fromkeys(qids)) if qids else default_questions(path, cells)
+    qids = list(dict.fromkeys(qids)) if qids else default_questions(path)
     questions = [autograder.question(qid) for qid in qids]
     from ..judging.secret import public_inputs
     from ..questions.inputs import PublicSource

@@ -32,11 +32,23 @@ grader. It does have the network, and can read world-readable system files. The 
 used is in the results' ``extra_data`` and in the autograder's stdout (instructors only).
 
 ``results.json`` (Gradescope's format): ``score``, ``execution_time`` (s), ``output`` (the
-submission's notes), ``stdout_visibility`` (``hidden``: the log is for instructors),
-``visibility``, ``extra_data`` (assignment, status, sandbox mode, instructor flags) and
-``tests``: one per question with ``name``, ``number``, ``score``, ``max_score``,
-``status``, ``output`` (the feedback message a student sees in the notebook's check) and
-``visibility``. A grader failure still writes a results.json (score 0, the reason).
+total, a table of the questions and the submission's notes), ``stdout_visibility`` (``hidden``:
+the log is for instructors), ``visibility``, ``extra_data`` (assignment, status, sandbox mode,
+instructor flags) and ``tests``: one per question with ``name``, ``number``, ``score``,
+``max_score``, ``status``, ``output`` (the feedback message a student sees in the notebook's
+check; for a training question, a table of what the grader measured) and ``visibility``. The
+outputs are markdown (``output_format: "md"``, at the top and per test): paragraphs that wrap,
+tables, lists; everything a student's code can put in a message (an exception's text) is escaped
+(:func:`md_text`), so it shows as the characters it is, never as a link, an image or HTML. With a
+training question (09_training), ``leaderboard`` ranks the held-out accuracy (higher first) and
+the training seconds (lower first): the accuracy of the grader's own predictions and the seconds
+its host measured (``Result.measures``), never a number the student's process reported; none for
+a run past its time or held for review. A grader failure still writes a results.json (score 0,
+the reason, as text).
+
+The notebook graded is the only one submitted; among several, the one whose nbgrader grade ids
+(or check cells) name the assignment (:mod:`autograder.hosts.identify`: Colab's "Copy of ..."
+is found whatever it is called), preferring ``<assignment>.ipynb``.
 A question held for review (a flag in the notebook, :func:`autograder.judging.scan.flags`)
 scores 0, with the flags and the automatic score in its output, until the instructor
 overrides it (Gradescope has no "needs review" state); ``extra_data.held`` has the
@@ -50,7 +62,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import stat
 import sys
 import time
@@ -145,32 +159,47 @@ def build(assignment: str, out: Path | None = None, repo: Path | None = None,
 
 # --------------------------------------------------------------------------- run
 
+def _notebooks(submission: Path) -> list[Path]:
+    return sorted(p for p in submission.rglob("*.ipynb")
+                  if p.is_file() and ".ipynb_checkpoints" not in p.parts
+                  and not any(part.startswith(("__MACOSX", ".")) for part in p.relative_to(submission).parts))
+
+
+def _assignments_of(path: Path) -> tuple[str, ...]:
+    """The assignments the notebook's own marks name (:mod:`autograder.hosts.identify`), () if none."""
+    from autograder.hosts.identify import identify
+    from autograder.student.cells import SubmissionError
+
+    try:
+        return identify(path).assignments
+    except SubmissionError:
+        return ()
+
+
 def _find_notebook(submission: Path, assignment: str | None) -> tuple[Path | None, str]:
-    notebooks = sorted(p for p in submission.rglob("*.ipynb")
-                       if p.is_file() and ".ipynb_checkpoints" not in p.parts
-                       and not any(part.startswith(("__MACOSX", ".")) for part in p.relative_to(submission).parts))
+    """The notebook to grade: the only one; among several, one whose grade ids name ``assignment``
+    (whatever it is called: Colab's "Copy of ..."), preferring ``<assignment>.ipynb``."""
+    notebooks = _notebooks(submission)
     if not notebooks:
         return None, "no notebook (.ipynb) was submitted"
-    if assignment:
-        named = [p for p in notebooks if p.name == f"{assignment}.ipynb"]
-        if named:
-            note = "" if len(notebooks) == 1 else f"several notebooks submitted; graded {named[0].name}"
-            return named[0], note
     if len(notebooks) == 1:
         return notebooks[0], ""
-    return notebooks[0], (f"several notebooks submitted and none named {assignment}.ipynb; "
+    if assignment:
+        marked = [p for p in notebooks if assignment in _assignments_of(p)]
+        named = [p for p in marked or notebooks if p.name == f"{assignment}.ipynb"]
+        chosen = (named or marked or [None])[0]
+        if chosen is not None:
+            return chosen, f"several notebooks submitted; graded {chosen.name}"
+    return notebooks[0], (f"several notebooks submitted and none is the notebook of {assignment}; "
                           f"graded {notebooks[0].name}")
 
 
 def detect_assignment(submission: Path) -> str | None:
-    """The assignment of a submission from its notebook's name (when the zip names none)."""
-    import autograder
-    chapters = sorted({q.chapter for q in autograder.questions()})
-    for path in sorted(submission.rglob("*.ipynb")):
-        for chapter in chapters:
-            if path.stem == chapter or path.stem.startswith(chapter):
-                return chapter
-    return None
+    """The assignment of a submission (when the zip names none): the one its notebooks' own
+    marks name (nbgrader grade ids, else check cells), never a file name; None when no notebook
+    names exactly one."""
+    found = {a for path in _notebooks(submission) for a in _assignments_of(path)}
+    return found.pop() if len(found) == 1 else None
 
 
 def _lock_down(root: Path) -> None:
@@ -221,8 +250,8 @@ def grade_one(root: Path, config: dict, log) -> dict:
     submission = root / "submission"
     assignment = config.get("assignment") or detect_assignment(submission)
     if not assignment:
-        raise ValueError("the autograder's config.json names no assignment and no submitted "
-                         "notebook is named after one")
+        raise ValueError("the autograder's config.json names no assignment and the submitted notebooks "
+                         "do not name exactly one (their nbgrader grade ids or check cells)")
     qs = autograder.questions(assignment)
     notebook, note = _find_notebook(submission, assignment)
     limits = Limits(timeout=float(config.get("timeout", DEFAULT_TIMEOUT)),
@@ -245,34 +274,110 @@ def grade_one(root: Path, config: dict, log) -> dict:
     return result
 
 
+# ---------------------------------------------------------------- results.json
+
+#: What a leaderboard shows of a question's :attr:`autograder.judging.model.Result.measures` (numbers
+#: the grader measured itself): (measure, column name, order, decimals).
+LEADERBOARD = (("accuracy", "Held-out accuracy", "desc", 4), ("seconds", "Training seconds", "asc", 1))
+MEASURE_ROWS = {"accuracy": ("held-out accuracy (the grader's prediction)", "{:.4f}"),
+                "seconds": ("training time (the grader's clock)", "{:.1f} s")}
+
+# ASCII punctuation markdown may read as syntax (CommonMark escapes any of it with a backslash)
+_MD_SYNTAX = re.compile(r"([\\`*_{}\[\]()#+\-.!|~=:^\"'$])")
+# what a markdown renderer with GFM's autolinks would turn into a link: shown as code instead
+_LINK_LIKE = re.compile(r"(?i)\b(?:[a-z][a-z0-9+.-]*:/*|www\.)[^\s<>]+|[^\s<>@]+@[^\s<>@]+\.[a-z]{2,}")
+
+
+def md_code(text) -> str:
+    """``text`` as a markdown code span: shown literally, never a link, an image or HTML."""
+    text = str(text).replace("\n", " ")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith(("`", " ")) or text.endswith(("`", " ")) else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def md_text(text) -> str:
+    """``text`` (a feedback message, which holds what a student's code raised) as markdown that
+    shows it as it is: ``&``, ``<`` and ``>`` as entities (no HTML), the punctuation markdown reads
+    backslash-escaped (no emphasis, link, image, heading, list, table), anything a renderer would
+    auto-link as a code span, leading blanks kept as non-breaking spaces (no code block), every
+    line break a hard break."""
+    def escape(part: str) -> str:
+        part = part.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+        return _MD_SYNTAX.sub(r"\\\1", part)
+
+    lines = []
+    for line in str(text).split("\n"):
+        body = line.lstrip(" \t")
+        pieces, last = ["&nbsp;" * (len(line) - len(body))], 0
+        for link in _LINK_LIKE.finditer(body):
+            pieces += [escape(body[last:link.start()]), md_code(link.group())]
+            last = link.end()
+        lines.append("".join(pieces) + escape(body[last:]))
+    return "  \n".join(lines)
+
+
+def leaderboard(result: dict) -> list[dict]:
+    """Gradescope's leaderboard entries ({"name", "value", "order"}) from the questions' measures:
+    numbers the grader measured itself (:func:`autograder.judging.judge.judge`'s ``measures``);
+    none for a question held for review."""
+    measured = [q for q in result.get("questions", []) if q.get("measures") and not q.get("held")]
+    entries = []
+    for q in measured:
+        prefix = f"{q['id']}: " if len(measured) > 1 else ""
+        for key, name, order, digits in LEADERBOARD:
+            value = q["measures"].get(key)
+            if isinstance(value, (int, float)) and math.isfinite(value):
+                entries.append({"name": prefix + name, "value": round(float(value), digits), "order": order})
+    return entries
+
+
+def _test_output(q: dict) -> str:
+    """A question's output in markdown: the checker's message, then what the grader measured."""
+    text = md_text(q.get("feedback") or q.get("reason") or "")
+    rows = [(MEASURE_ROWS[k][0], MEASURE_ROWS[k][1].format(v)) for k, v in (q.get("measures") or {}).items()
+            if k in MEASURE_ROWS and isinstance(v, (int, float))]
+    if rows:
+        text += "\n\n| measured by the grader | |\n|---|---:|\n" + "\n".join(f"| {a} | {b} |" for a, b in rows)
+    if not q.get("held"):
+        return text
+    # Gradescope has no "needs review": the score is held at 0 until the instructor overrides it;
+    # the automatic score and the flags are in the output
+    flagged = "\n".join(f"- {md_text(h.get('what') or h.get('flag'))} ({md_text(h.get('line'))}): "
+                         f"{md_code(h.get('snippet'))}" for h in q["held"])
+    return (f"**Held for review by your instructor** (automatic score {float(q['score']):g}/"
+            f"{float(q['max_score']):g}, not counted until they look at it): the notebook has constructs with "
+            f"no place in an answer:\n\n{flagged}\n\n{text}")
+
+
+def _summary(result: dict, tests: list[dict]) -> str:
+    """The submission's output in markdown: the total, a table of the questions, the notes."""
+    score, total = sum(t["score"] for t in tests), sum(t["max_score"] for t in tests)
+    lines = [f"**{md_text(result.get('assignment'))}: {score:g} / {total:g}**"]
+    if tests:
+        lines += ["", "| question | score | |", "|---|---:|---|"]
+        lines += [f"| {md_text(t['name'])} | {t['score']:g} / {t['max_score']:g} | {t['status']} |" for t in tests]
+    if result.get("reason"):
+        lines += ["", f"Note: {md_text(result['reason'])}"]
+    if any(q.get("held") for q in result.get("questions", [])):
+        lines += ["", "Held for review: your instructor will look at this notebook before its score counts."]
+    return "\n".join(lines)
+
+
 def to_gradescope(result: dict, config: dict, seconds: float) -> dict:
-    """Gradescope's results.json from a grading result."""
+    """Gradescope's results.json from a grading result: outputs in markdown (``output_format``
+    "md": what the student's code raised is escaped, :func:`md_text`), a leaderboard of what the
+    grader measured (:func:`leaderboard`), when there is one."""
     visibility = config.get("visibility", "visible")
     tests = []
     for i, q in enumerate(result.get("questions", []), 1):
-        test = {"name": f"{q['id']}: {q.get('title', q['id'])}", "number": str(i),
-                "score": float(q["score"]), "max_score": float(q["max_score"]),
-                "status": "passed" if q.get("passed") else "failed",
-                "output": q.get("feedback") or q.get("reason") or "",
-                "visibility": visibility}
-        if q.get("held"):
-            # Gradescope has no "needs review": the score is held at 0 until the instructor
-            # overrides it; the automatic score and the flags are in the output
-            flagged = "\n".join(f"- {h.get('what') or h.get('flag')} ({h.get('line')}: {h.get('snippet')})"
-                                 for h in q["held"])
-            test.update(score=0.0, status="failed",
-                        output=f"Held for review by your instructor (automatic score {float(q['score']):g}/"
-                               f"{float(q['max_score']):g}, not counted until they look at it): the notebook "
-                               f"has constructs with no place in an answer:\n{flagged}\n\n{test['output']}")
-        tests.append(test)
-    score = sum(t["score"] for t in tests)
-    total = sum(t["max_score"] for t in tests)
-    lines = [f"{result.get('assignment')}: {score:g} / {total:g}"]
-    if result.get("reason"):
-        lines.append(f"Note: {result['reason']}")
-    if any(q.get("held") for q in result.get("questions", [])):
-        lines.append("Held for review: your instructor will look at this notebook before its score counts.")
-    return {"score": score, "execution_time": int(round(seconds)), "output": "\n".join(lines),
+        held = bool(q.get("held"))
+        tests.append({"name": f"{q['id']}: {q.get('title', q['id'])}", "number": str(i),
+                      "score": 0.0 if held else float(q["score"]), "max_score": float(q["max_score"]),
+                      "status": "passed" if q.get("passed") and not held else "failed",
+                      "output": _test_output(q), "output_format": "md", "visibility": visibility})
+    data = {"score": sum(t["score"] for t in tests), "execution_time": int(round(seconds)),
+            "output": _summary(result, tests), "output_format": "md",
             "visibility": visibility, "stdout_visibility": "hidden",
             "extra_data": {"assignment": result.get("assignment"), "status": result.get("status"),
                            "sandbox": result.get("sandbox"), "flags": result.get("flags", []),
@@ -280,6 +385,10 @@ def to_gradescope(result: dict, config: dict, seconds: float) -> dict:
                                     if q.get("held")},
                            "notebook": result.get("notebook")},
             "tests": tests}
+    board = leaderboard(result)
+    if board:
+        data["leaderboard"] = board
+    return data
 
 
 def _write_json(path: Path, data: dict) -> None:

@@ -13,8 +13,10 @@ repository's ``nbgrader_config.py``; only the gradebook location is changed wher
 cell from the registry (``autograder.questions()``: answer name, title, points), then runs
 ``nbgrader generate_assignment`` for every ``solutions/<a>/<a>.ipynb``. nbgrader's output is
 deterministic (no timestamps, cell ids taken from the source), so ``exercises/`` only changes when ``solutions/`` or
-``_config.yml`` change. The gradebook that generation needs is a temporary file: nothing
-but ``exercises/<a>/<a>.ipynb`` is written.
+``_config.yml`` change. Each generated notebook must name its assignment by its own marks (its
+grade ids and its check cells' lines, which a ``.py`` export keeps: :func:`marks_problem`), so
+that ``python -m autograder check`` finds its questions under any file name. The gradebook
+that generation needs is a temporary file: nothing but ``exercises/<a>/<a>.ipynb`` is written.
 
 ``autograde`` (``make autograde``) grades every submission under the configured submitted
 folder (``instructor/submitted/<student>/<assignment>/<assignment>.ipynb``) with the
@@ -289,8 +291,28 @@ def generate(root: Path, release: Path | None = None, names: Iterable[str] | Non
         path = release / assignment / f"{assignment}.ipynb"
         if not path.is_file():
             raise SystemExit(f"nbgrader did not write {path}")
+        problem = marks_problem(path, assignment)
+        if problem:
+            raise SystemExit(problem)
         out.append(path)
     return out
+
+
+def marks_problem(path: Path, assignment: str) -> str | None:
+    """What keeps the exercise notebook ``path`` from naming ``assignment`` to ``python -m
+    autograder check`` under any file name (:mod:`autograder.hosts.identify`), or None: both marks
+    must name every question of it, the grade ids (``<id>_answer``, ``<id>_test``) and the check
+    cells' ``print(autograder.grade("<id>", ...))`` lines (all a ``.py`` export keeps)."""
+    import autograder
+    from autograder.hosts.identify import marks
+
+    wanted = [q.id for q in autograder.questions(assignment)]
+    by_grade_id, by_check_line = marks(path)
+    for found, what in ((by_grade_id, "nbgrader grade ids"), (by_check_line, "check cells")):
+        if sorted(found) != sorted(wanted):
+            return (f"{path}: its {what} name {sorted(found)}, the questions of {assignment} are {sorted(wanted)}: "
+                    f"each question needs its answer and check cells (see CONTRIBUTING.md, \"Add a question\")")
+    return None
 
 
 def submissions(submitted: Path) -> dict[str, list[str]]:

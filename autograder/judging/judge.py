@@ -216,13 +216,14 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
                 problems.append((case, max(messages, key=lambda m: m[0])[1]))
     except TamperError as error:
         return fail(f"Not accepted: {error}.", mistake="tamper")
+    measured = _measured(catalogued, question, data)
     if not problems:
         checked = "" if question.kind == "value" else f" ({len(question.cases)} input sets checked)"
         summary = catalogued.summary
         if summary is not None:
             reached = summary(question, data)
             checked = f": {reached}" if reached else checked
-        return Result(qid, True, points, points, f"{question.title}: correct{checked}.")
+        return Result(qid, True, points, points, f"{question.title}: correct{checked}.", measures=measured)
     case, message = problems[0]
     text = f"{message}." if question.kind == "value" else f"On input {case.label}: {message}."
     if len(problems) > 1:
@@ -242,7 +243,18 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
             found = None
         if found:
             text = f"{found.rstrip('.')}. " + text
-    return fail(text, mistake=mistake.key if mistake else None)
+    return dataclasses.replace(fail(text, mistake=mistake.key if mistake else None), measures=measured)
+
+
+def _measured(catalogued: Entry, question: Question, data: dict) -> tuple:
+    """(name, number) pairs of the entry's ``measures``: numbers of the grader's own evaluation."""
+    if catalogued.measures is None:
+        return ()
+    try:
+        found = catalogued.measures(question, data) or {}
+        return tuple((str(name), float(value)) for name, value in found.items())
+    except Exception:  # noqa: BLE001 - a leaderboard's numbers never change a verdict
+        return ()
 
 
 def verify_parameters(question: Question, cases: list) -> None:

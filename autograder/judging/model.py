@@ -17,12 +17,17 @@ class Result:
     mistake: str | None = None  # key of the catalogue entry the answer matched, if any
     flags: tuple = ()           # for the instructor: the flagged constructs of the source, as text
     held: tuple = ()            # the flags that hold this score for review ({"flag", "line", ...} each)
+    # (name, number) pairs the grader measured itself (a training question: the held-out accuracy,
+    # the host's seconds), for a leaderboard; never a number the student's process reported
+    measures: tuple = ()
 
     def to_dict(self) -> dict:
         out = {"id": self.id, "passed": self.passed, "score": self.score, "max_score": self.max_score,
                "feedback": self.feedback, "mistake": self.mistake, "flags": list(self.flags)}
         if self.held:
             out["held"] = [dict(h) for h in self.held]
+        if self.measures:
+            out["measures"] = dict(self.measures)
         return out
 
     def __str__(self) -> str:

@@ -32,17 +32,20 @@ class Entry:
     # a stand-in for the first reference in the grader's input-drawing pass, where running the
     # reference would be expensive (a training question): only the inputs it is given matter
     draw_answer: Callable | None = None
+    # measures(question, data) -> {name: number} the grader measured itself (Result.measures: a
+    # training question's held-out accuracy and the host's seconds, for Gradescope's leaderboard)
+    measures: Callable[[Any, dict], dict] | None = None
 
 
 _ENTRIES: dict[str, Entry] = {}
 
 
 def add(qid: str, references, catalogue=(), reference_parts=None, diagnose=None, verdict=None, match=None,
-        summary=None, draw_answer=None) -> None:
+        summary=None, draw_answer=None, measures=None) -> None:
     if qid in _ENTRIES:
         raise ValueError(f"duplicate catalogue entry {qid!r}")
     _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts, diagnose, verdict, match, summary,
-                          draw_answer)
+                          draw_answer, measures)
 
 
 def registered(qid: str) -> Entry:
