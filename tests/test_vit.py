@@ -165,3 +165,22 @@ def test_asking_for_the_attention_maps_does_not_change_the_logits_on_a_cpu():
     assert torch.equal(logits, model(x))
     assert [tuple(a.shape) for a in attentions] == [(5, 4, 17, 17)] * 2
     torch.testing.assert_close(attentions[0].sum(-1), torch.ones(5, 4, 17))
+
+
+def test_patch_dropout_keeps_the_class_token_and_a_random_share_of_patches_in_training_only():
+    torch.manual_seed(0)
+    model = vitref.ViT(28, 7, 1, 10, 16, 1, 2, 32, patch_dropout=0.25)
+    images = torch.randn(4, 1, 28, 28)
+    full = model.eval().embed(images)                                     # (4, 17, 16)
+    torch.manual_seed(1)
+    kept = model.train().embed(images)                                    # (4, 13, 16): 12 of 16 patches
+    assert full.shape == (4, 17, 16) and kept.shape == (4, 13, 16)
+    assert torch.equal(kept[:, 0], full[:, 0])                            # the class token stays first
+    for image in range(4):                                                # each kept token is one of its own,
+        rows = [int((full[image] == token).all(-1).nonzero()) for token in kept[image, 1:]]
+        assert len(set(rows)) == 12 and 0 not in rows                     # positions included, none twice
+    torch.manual_seed(1)
+    assert torch.equal(model.embed(images), kept)                         # seeded: the same draw
+    assert model(images).shape == (4, 10)
+    with pytest.raises(ValueError, match=r"patch_dropout .* in \[0, 1\), got 1.0"):
+        vitref.ViT(28, 7, 1, 10, 16, 1, 2, 32, patch_dropout=1.0)

@@ -42,7 +42,7 @@ class ViT(nn.Module):
 
     def __init__(self, img_size: int = 32, patch_size: int = 4, in_channels: int = 3, num_classes: int = 10,
                  dim: int = 128, depth: int = 6, num_heads: int = 4, mlp_dim: int = 512,
-                 dropout: float = 0.0, norm_eps: float = 1e-6, pool: str = "cls"):
+                 dropout: float = 0.0, norm_eps: float = 1e-6, pool: str = "cls", patch_dropout: float = 0.0):
         super().__init__()
         if pool not in ("cls", "mean"):
             raise ValueError(f"pool must be 'cls' (the class token's output) or 'mean' (average of the patch tokens), "
@@ -50,10 +50,15 @@ class ViT(nn.Module):
         if img_size % patch_size:
             raise ValueError(f"image size {img_size} is not divisible by patch size {patch_size}")
         check_divisible(dim, num_heads)
+        if not 0.0 <= patch_dropout < 1.0:
+            raise ValueError(f"patch_dropout is the share of patch tokens dropped in training, in [0, 1), "
+                             f"got {patch_dropout}")
         self.config: dict[str, Any] = dict(
             img_size=img_size, patch_size=patch_size, in_channels=in_channels, num_classes=num_classes,
             dim=dim, depth=depth, num_heads=num_heads, mlp_dim=mlp_dim, dropout=dropout, norm_eps=norm_eps, pool=pool)
-        self.pool = pool
+        if patch_dropout:
+            self.config["patch_dropout"] = patch_dropout
+        self.pool, self.patch_dropout = pool, patch_dropout
         self.img_size, self.patch_size, self.in_channels = img_size, patch_size, in_channels
         self.num_patches = (img_size // patch_size) ** 2
         # chapter 6's patch embedding as one strided convolution (tested equal; timm's layout):
@@ -90,7 +95,22 @@ class ViT(nn.Module):
         check_images(images, self.patch_size, self.in_channels, self.img_size)
         patches = self.patch_embed(images)                                        # (B, N, D)
         cls = self.cls_token.expand(images.shape[0], -1, -1)                      # (B, 1, D)
-        return self.pos_drop(torch.cat([cls, patches], dim=1) + self.pos_embed)   # (B, N+1, D)
+        tokens = torch.cat([cls, patches], dim=1) + self.pos_embed                # (B, N+1, D)
+        if self.training and self.patch_dropout:
+            tokens = self.drop_patches(tokens)                                    # (B, K+1, D)
+        return self.pos_drop(tokens)
+
+    def drop_patches(self, tokens: torch.Tensor) -> torch.Tensor:
+        """PatchDropout (Liu et al., 2023, "PatchDropout: Economizing Vision Transformers Using Patch
+        Dropout"): in training, each image keeps the class token and a random ``K`` of its ``N``
+        patch tokens, ``K = round(N (1 - patch_dropout))``, positions already added (so the kept
+        tokens still know where they are). Fewer tokens make a step cheaper and act as a
+        regulariser; at evaluation every token is used. ``tokens (B, N+1, D)`` -> ``(B, K+1, D)``."""
+        batch, count, dim = tokens.shape
+        keep = max(1, round((count - 1) * (1 - self.patch_dropout)))
+        kept = torch.rand(batch, count - 1, device=tokens.device).argsort(dim=1)[:, :keep] + 1   # (B, K)
+        patches = tokens.gather(1, kept.unsqueeze(-1).expand(-1, -1, dim))                       # (B, K, D)
+        return torch.cat([tokens[:, :1], patches], dim=1)                                        # (B, K+1, D)
 
     def forward_features(self, images: torch.Tensor, return_attention: bool = False):
         """Encoder output after the final LayerNorm, ``(B, N+1, D)`` [and per-layer weights]."""

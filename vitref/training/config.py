@@ -29,6 +29,7 @@ class TrainConfig:
     num_heads: int = 4
     mlp_dim: int = 128
     dropout: float = 0.0
+    patch_dropout: float = 0.0    # share of the patch tokens dropped per image in training (PatchDropout)
     arch: str = "vitref"          # 'vitref' or 'timm' (timm's VisionTransformer, for comparisons)
     pos_init: str = "sincos"      # 'sincos' (start at a 2-D sine-cosine table, still learned) or 'random'
     pool: str = "cls"             # what the head sees: 'cls' (class token) or 'mean' (average of the patch tokens)

@@ -16,7 +16,7 @@ def build_model(config: TrainConfig, info: dict) -> torch.nn.Module:
     if config.arch == "vitref":
         return ViT(img_size=info["img_size"], patch_size=config.patch_size, in_channels=info["in_channels"],
                    num_classes=info["num_classes"], dim=config.dim, depth=config.depth, num_heads=config.num_heads,
-                   mlp_dim=config.mlp_dim, dropout=config.dropout, pool=config.pool)
+                   mlp_dim=config.mlp_dim, dropout=config.dropout, pool=config.pool, patch_dropout=config.patch_dropout)
     if config.arch == "timm":
         from timm.models.vision_transformer import VisionTransformer
 
@@ -24,7 +24,8 @@ def build_model(config: TrainConfig, info: dict) -> torch.nn.Module:
                                  in_chans=info["in_channels"], num_classes=info["num_classes"],
                                  embed_dim=config.dim, depth=config.depth, num_heads=config.num_heads,
                                  mlp_ratio=config.mlp_dim / config.dim, drop_rate=config.dropout,
-                                 proj_drop_rate=config.dropout, global_pool="token" if config.pool == "cls" else "avg",
+                                 proj_drop_rate=config.dropout, patch_drop_rate=config.patch_dropout,
+                                 global_pool="token" if config.pool == "cls" else "avg",
                                  # final norm before pooling, as vitref.ViT (timm's 'avg' default norms after)
                                  fc_norm=False)
     raise ValueError(f"unknown arch {config.arch!r}: expected 'vitref' or 'timm'")
