@@ -35,17 +35,14 @@ from __future__ import annotations
 
 import argparse
 import ast
-import collections
 import inspect
 import io
-import itertools
 import json
 import random
 import re
 import shutil
 import sys
 import tempfile
-import textwrap
 import time
 import tokenize
 from dataclasses import dataclass, field
@@ -53,13 +50,15 @@ from pathlib import Path
 
 import autograder
 from autograder.batch import similarity
-from autograder.batch.similarity_report import check_class, labelled_cells, skeleton_sources
+from autograder.batch.similarity_report import check_class, skeleton_sources
 from autograder.batch.sources import load_sources
 from autograder.batch.tasks import discover, questions_by_assignment
 
 ROOT = Path(__file__).resolve().parent.parent
 ASSIGNMENTS = ["01_tokens", "02_positional_encoding", "03_attention", "04_multihead_attention",
                "05_blocks", "06_patch_embedding", "07_vit", "08_decoder"]
+TARGET_SHARE = 0.05          # the stage's time, of the grading time of the same class
+TARGET_PRECISION = 0.9       # leaving out the coincident draws
 RIGHT_SHARE = 0.8
 COPIER_SHARE = 0.1
 PARTIAL_SHARE = 0.3           # of the copiers: half the questions copied, the others their own
@@ -175,7 +174,7 @@ def _without_docstrings(tree: ast.AST) -> ast.AST:
         body = getattr(node, "body", None)
         if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
                 isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
-            node.body = body[1:] or [ast.Pass()]  # type: ignore[attr-defined]
+            setattr(node, "body", body[1:] or [ast.Pass()])
     return tree
 
 
@@ -384,10 +383,10 @@ def _assignment_class(assignment: str, students: list[str], rng: random.Random, 
         written[student] = (answers, draws)
         long = bool(_long({q: written[origin][0][q] for q in taken}, skeleton))
         for other in [origin] + [c for c, o in copied_from.items() if o == origin and c != student]:
-            pair = (assignment, *sorted((student, other)))
-            made.copies.add(pair)            # type: ignore[arg-type]
+            first, second = sorted((student, other))
+            made.copies.add((assignment, first, second))
             if long:
-                made.long_copies.add(pair)   # type: ignore[arg-type]
+                made.long_copies.add((assignment, first, second))
     for student in students:
         answers, made.draws[(student, assignment)] = written[student]
         made.long[(student, assignment)] = _long(answers, skeleton)
@@ -461,6 +460,17 @@ def per_assignment(made: SyntheticClass, reported: set, assignments: list[str]) 
     return lines
 
 
+def verdict(result: dict, seconds: float, grading_seconds: float) -> tuple[bool, list[str]]:
+    """Whether the targets are met: the stage within ``TARGET_SHARE`` of the grading time, the
+    precision (coincident draws left out) at least ``TARGET_PRECISION``; and what misses them."""
+    problems = []
+    if seconds > TARGET_SHARE * grading_seconds:
+        problems.append(f"the stage took {seconds:.2f} s, more than {100 * TARGET_SHARE:g}% of {grading_seconds:g} s")
+    if result["precision"] < TARGET_PRECISION:
+        problems.append(f"precision {result['precision']:.3f} < {TARGET_PRECISION}")
+    return not problems, problems
+
+
 def measure(students: int, assignments: list[str], seed: int, threshold: float) -> tuple[SyntheticClass, Measured]:
     made = build_class(students, assignments, seed)
     folder = Path(tempfile.mkdtemp(prefix="bench-similarity-"))
@@ -488,8 +498,8 @@ def main(argv=None) -> int:
     print("\n".join(per_assignment(made, small.reported, ASSIGNMENTS)))
     print(f"reported {result['reported']} pairs: {result['found']} copies, {result['false_positives']} independent "
           f"pairs, {result['coincident']} independent pairs that drew the same bank answers (coincident draws)")
-    print(f"precision {result['precision']:.3f} leaving out the coincident draws, {result['precision_all']:.3f} counting "
-          f"them as false positives")
+    print(f"precision {result['precision']:.3f} leaving out the coincident draws, "
+          f"{result['precision_all']:.3f} counting them as false positives")
     print(f"recall {result['recall']:.3f} of {result['copies']} copy pairs; {result['recall_long']:.3f} of the "
           f"{result['long_copies']} with a long answer copied")
     print(f"similarity stage, {small.compared} notebooks: {small.seconds:.2f} s "
@@ -502,11 +512,14 @@ def main(argv=None) -> int:
         print(f"similarity stage, {args.large} students x {len(ASSIGNMENTS)} ({large.compared} notebooks): "
               f"{large.seconds:.2f} s; precision {big_result['precision']:.3f}, recall {big_result['recall']:.3f}, "
               f"recall of the long copies {big_result['recall_long']:.3f}")
+    met, problems = verdict(result, small.seconds, args.grading_seconds)
+    print(f"targets (stage <= {100 * TARGET_SHARE:g}% of grading, precision >= {TARGET_PRECISION}): "
+          + ("met" if met else "NOT met: " + "; ".join(problems)))
     print(f"similarity: precision={result['precision']:.3f} precision_all={result['precision_all']:.3f} "
           f"recall={result['recall']:.3f} "
           f"recall_long={result['recall_long']:.3f} seconds_{args.students}x8={small.seconds:.2f} "
           f"seconds_{args.large}x8={large_seconds:.2f}")
-    return 0
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

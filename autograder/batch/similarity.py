@@ -453,7 +453,8 @@ def _matches(a: Submission, b: Submission, table: Frequencies, keep: frozenset) 
             weight = table.weight(common)
             if weight <= 0:
                 continue
-            out.append(Match(cell_a.label, cell_b.label, round(weight, 1),
-                             cell_a.source, _spans(cell_a.source, cell_a.positions[np.isin(cell_a.hashes, common)], keep),
-                             cell_b.source, _spans(cell_b.source, cell_b.positions[np.isin(cell_b.hashes, common)], keep)))
+            spans_a = _spans(cell_a.source, cell_a.positions[np.isin(cell_a.hashes, common)], keep)
+            spans_b = _spans(cell_b.source, cell_b.positions[np.isin(cell_b.hashes, common)], keep)
+            out.append(Match(cell_a.label, cell_b.label, round(weight, 1), cell_a.source, spans_a,
+                             cell_b.source, spans_b))
     return sorted(out, key=lambda m: -m.weight)
