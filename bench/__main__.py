@@ -5,6 +5,7 @@ Each benchmark is also a module of its own (``python -m bench.<name> --help``):
 * ``throughput``        -- vitref.ViT vs timm VisionTransformer train steps, same config, interleaved;
 * ``check_latency``     -- one autograder.check() call in a warm kernel;
 * ``grading``           -- ``python -m autograder grade`` on a synthetic class;
+* ``similarity``        -- the similarity report on a class built from the answer banks (precision, recall, time);
 * ``train_to_accuracy`` -- ``python -m vitref.train --dataset fashion-mnist --minutes 10``;
 * ``book_build``        -- ``jupyter-book build``, fresh and unchanged;
 * ``colab_like``        -- every notebook in a Colab-like environment, the course installed by its set-up cell.
@@ -17,7 +18,7 @@ import importlib
 import sys
 import time
 
-ORDER = ["throughput", "check_latency", "grading", "train_to_accuracy", "book_build", "colab_like"]
+ORDER = ["throughput", "check_latency", "grading", "similarity", "train_to_accuracy", "book_build", "colab_like"]
 
 
 def main(argv=None) -> int:

@@ -8,8 +8,8 @@ each verdict is tested here on inputs made from the course as it is now:
 * bench.colab_like: the blank exercise notebooks, their cells run in this process, errors
   recorded as a kernel records them, judged by ``exercise_verdict``;
 * bench.grading: ``unexpected_verdicts`` on a fabricated grades.csv;
-* bench.check_latency, bench.throughput, bench.train_to_accuracy, bench.book_build: their
-  target checks;
+* bench.check_latency, bench.throughput, bench.train_to_accuracy, bench.book_build,
+  bench.similarity: their target checks;
 * bench.redteam.attacks: ``report`` on a fabricated grades.csv.
 
 (bench.sweep and bench.seeded_checksum print tables and checksums, they have no verdict; the
@@ -29,7 +29,7 @@ import torch
 
 import autograder
 from autograder.instructor import nbtools
-from bench import book_build, check_latency, grading, throughput, train_to_accuracy
+from bench import book_build, check_latency, grading, similarity, throughput, train_to_accuracy
 from bench import colab_like as cl
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,6 +123,13 @@ def test_check_latency_verdict():
     overall, met, problems = check_latency.verdict([0.4, 0.5], ["softmax"])
     assert (overall, met) == (0.45, False)
     assert problems == ["the solution of softmax does not pass its check: its time is not a check's"]
+
+
+def test_similarity_verdict():
+    good = {"precision": 0.95}
+    assert similarity.verdict(good, 10.0, 214.0) == (True, [])
+    met, problems = similarity.verdict({"precision": 0.5}, 11.0, 214.0)
+    assert not met and len(problems) == 2 and "11.00 s" in problems[0] and "precision 0.500" in problems[1]
 
 
 def test_throughput_ratio_verdict():

@@ -12,5 +12,7 @@
 * :mod:`~autograder.batch.gradebook` (nbgrader's gradebook), :mod:`~autograder.batch.formgrader`
   (the autograded notebooks), :mod:`~autograder.batch.feedback` (the feedback pages),
   :mod:`~autograder.batch.sanitize` (students' markdown in them), :mod:`~autograder.batch.report`
-  (the class report), :mod:`~autograder.batch.export` (``python -m autograder export`` and ``report``).
+  (the class report), :mod:`~autograder.batch.export` (``python -m autograder export`` and ``report``);
+* :mod:`~autograder.batch.similarity` (answers alike across the class: a winnowing fingerprint
+  index) and :mod:`~autograder.batch.similarity_report` (``similarity.csv``, the report's section).
 """

@@ -2,6 +2,7 @@
 
     python -m autograder grade ROOT [--jobs N] [--timeout S] [--memory MB] [--force]
                                     [--db-url URL] [--shard I/N] [--course-id ID]
+                                    [--similarity-threshold T | --no-similarity]
     python -m autograder export ROOT [--db-url URL]     (autograder.batch.export)
     python -m autograder report ROOT                    (autograder.batch.report)
 
@@ -26,7 +27,11 @@ Results:
   (:mod:`autograder.batch.formgrader`): what formgrader and ``generate_feedback`` read;
 * ``ROOT/autograder-feedback/<student>/<assignment>/feedback.html`` (and ``.md``): the
   grader's own page (``ROOT/feedback/`` is nbgrader's);
-* ``ROOT/report.html`` (:mod:`autograder.batch.report`): the class report;
+* ``ROOT/report.html`` (:mod:`autograder.batch.report`): the class report, with its "Similar
+  submissions" section, and ``ROOT/similarity.csv`` (:mod:`autograder.batch.similarity_report`:
+  pairs of one assignment whose answers are alike once names, comments and formatting are set
+  aside; ``--similarity-threshold``, ``--no-similarity``; not for a shard: ``report`` does it
+  for the whole class);
 * ``ROOT/.autograder/results/<student>/<assignment>.json``: one file per graded
   submission, written atomically as soon as it is graded. A second run skips submissions
   whose notebook (and the autograder) did not change, so an interrupted batch (or a killed
@@ -43,6 +48,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from autograder.batch import similarity_report
 from autograder.batch.outputs import csv_name, write_csv, write_missing_autograded, write_pages
 from autograder.batch.pool import Pool, preload_modules
 from autograder.batch.sources import course_id, find_source_dir, load_sources
@@ -88,6 +94,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "grading one class into one --db-url; writes grades-I-of-N.csv")
     parser.add_argument("--course-id", default=None,
                         help="nbgrader course_id (default: from nbgrader_config.py)")
+    similarity_report.add_arguments(parser)
 
 
 def parse_shard(text: str | None) -> tuple[int, int] | None:
@@ -133,16 +140,38 @@ def run(args: argparse.Namespace) -> int:
         print(f"interrupted: wrote {csv_path} ({len(final)} submission(s) graded so far); run the same "
               f"command again to grade the rest and write the report and the gradebook", file=sys.stderr)
         return 130
+    similar_html, similar_note = _similarity(args, root, tasks, source_dir, questions, shard)
     report_path = report.write(root / ("report.html" if shard is None else
                                        f"report-{shard[0]}-of-{shard[1]}.html"), final,
-                               source_dir=source_dir)
+                               source_dir=source_dir, similarity_html=similar_html)
     gradebook.write(db_url, cid, sources, final)
     graded_now = len([t for t in todo if (t.student, t.assignment) in results])
     elapsed = time.monotonic() - started
     print(summary(final, graded_now, len(shown) - len(todo), elapsed))
+    if similar_note:
+        print(similar_note)
     print(f"wrote {csv_path}, {report_path}, the gradebook {gradebook.redact(db_url)}, "
           f"{root / 'autograded'}/ and {root / feedback.FOLDER}/")
     return 0
+
+
+def _similarity(args: argparse.Namespace, root: Path, tasks: list[Task], source_dir: Path | None,
+                questions: dict, shard: tuple[int, int] | None) -> tuple[str, str]:
+    """The report's "Similar submissions" section and a line for the terminal; writes
+    ROOT/similarity.csv (removes an old one when the check is turned off)."""
+    if shard is not None:
+        return similarity_report.html_section(None, "a shard sees part of the class; run "
+                                              "`python -m autograder report ROOT` once every shard is "
+                                              "graded"), ""
+    if getattr(args, "no_similarity", False):
+        (root / similarity_report.CSV_NAME).unlink(missing_ok=True)
+        return similarity_report.html_section(None, "--no-similarity"), ""
+    threshold = getattr(args, "similarity_threshold", similarity_report.similarity.DEFAULT_THRESHOLD)
+    found = similarity_report.check_class(tasks, source_dir, questions, threshold)
+    path = similarity_report.write_csv(root, found)
+    return similarity_report.html_section(found), (
+        f"similar submissions: {len(found.pairs)} pair(s) with a score >= {threshold:g} "
+        f"({found.seconds:.1f} s); see {path} and the report")
 
 
 def _safe_streams() -> None:

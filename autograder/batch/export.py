@@ -7,7 +7,8 @@ whether it was graded by one machine or by N shards (``grade --shard I/N``).
 * ``ROOT/nbgrader_grades.csv``: ``nbgrader export`` of the gradebook (one row per student
   and assignment), from ``--db-url`` (default ``sqlite:///ROOT/gradebook.db``);
 * ``ROOT/report.html``: the class report (:mod:`autograder.batch.report`) from the saved
-  results under ROOT (all shards, when they share ROOT).
+  results under ROOT (all shards, when they share ROOT), with the similar submissions of the
+  whole class (and ``ROOT/similarity.csv``, :mod:`autograder.batch.similarity_report`).
 """
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import re
 import sys
 from pathlib import Path
 
+from autograder.batch import similarity_report
 from autograder.batch.outputs import CSV_COLUMNS, write_csv, write_rows
 from autograder.batch.sources import course_id, find_source_dir
 from autograder.batch.state import STATE, load_results
@@ -97,8 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     gradebook.export_csv(db_url, cid, to)
     print(f"wrote {to} (nbgrader export of {gradebook.redact(db_url)})")
     if results:
-        path = report.write(root / "report.html", results, source_dir=find_source_dir(root, None))
-        print(f"wrote {path}")
+        source_dir = find_source_dir(root, None)
+        section, note = similarity_report.write(root, source_dir, similarity_report.similarity.DEFAULT_THRESHOLD)
+        path = report.write(root / "report.html", results, source_dir=source_dir, similarity_html=section)
+        print(f"wrote {path}" + (f"; {note}" if note else ""))
     return 0
 
 
@@ -109,6 +113,7 @@ def report_main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root")
     parser.add_argument("--out", default=None, help="default ROOT/report.html")
+    similarity_report.add_arguments(parser)
     args = parser.parse_args(argv)
     root = Path(args.root).resolve()
     results = load_results(root)
@@ -116,9 +121,11 @@ def report_main(argv: list[str] | None = None) -> int:
         print(f"error: no saved result under {root / STATE}: grade first",
               file=sys.stderr)
         return 2
+    source_dir = find_source_dir(root, None)
+    section, note = similarity_report.write(root, source_dir, None if args.no_similarity else args.similarity_threshold)
     path = report.write(Path(args.out) if args.out else root / "report.html", results,
-                        source_dir=find_source_dir(root, None))
-    print(f"wrote {path} ({len(results)} submission(s))")
+                        source_dir=source_dir, similarity_html=section)
+    print(f"wrote {path} ({len(results)} submission(s))" + (f"; {note}" if note else ""))
     return 0
 
 

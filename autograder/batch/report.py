@@ -12,7 +12,9 @@ What an instructor reads after grading, to decide what to re-teach next lecture:
 * the submissions **held for review**: per submission, the constructs the static scan flagged
   in its source (``flags``, :func:`autograder.judging.scan.flags`) and the questions they hold
   (``held``), to look at by hand;
-* submissions not graded normally (status other than ``ok``).
+* submissions not graded normally (status other than ``ok``);
+* the similar submissions, a section written by :mod:`autograder.batch.similarity_report`
+  (``similarity_html``).
 
 Everything that comes from a submission (student names, messages) is escaped.
 ``python -m autograder report ROOT`` writes it again from the saved results.
@@ -37,6 +39,8 @@ th, td { text-align: left; padding: .35rem .55rem; border-bottom: 1px solid #ddd
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 h2 { border-bottom: 2px solid #333; padding-bottom: .2rem; margin-top: 2.5rem; }
 .muted { color: #666; } img { max-width: 100%; }
+table.side-by-side td { width: 50%; } pre { white-space: pre-wrap; font-size: .85em; margin: 0; }
+mark { background: #ffe08a; } details { margin: .4rem 0; }
 """
 
 
@@ -153,7 +157,8 @@ def _held(result: dict) -> list[dict]:
     return [q for q in result.get("questions") or [] if isinstance(q, dict) and q.get("held")]
 
 
-def render(results: list[dict], title: str = "Grading report", baseline: dict | None = None) -> str:
+def render(results: list[dict], title: str = "Grading report", baseline: dict | None = None,
+           similarity_html: str = "") -> str:
     esc = html.escape
     summary = summarise(results)
     parts = [f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{esc(title)}</title>"
@@ -234,15 +239,18 @@ def render(results: list[dict], title: str = "Grading report", baseline: dict | 
         parts.append("</tbody></table>")
     else:
         parts.append("<p class=\"muted\">Every submission ran normally.</p>")
+    if similarity_html:
+        parts.append(similarity_html)
     parts.append("</body></html>\n")
     return "\n".join(parts)
 
 
 def write(path: Path, results: list[dict], title: str = "Grading report",
-          source_dir=None) -> Path:
+          source_dir=None, similarity_html: str = "") -> Path:
+    """``similarity_html``: the "Similar submissions" section (already escaped), at the end."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     baseline = baseline_flags(source_dir, sorted({r["assignment"] for r in results}))
-    tmp.write_text(render(results, title, baseline), encoding="utf-8", errors="backslashreplace")
+    tmp.write_text(render(results, title, baseline, similarity_html), encoding="utf-8", errors="backslashreplace")
     os.replace(tmp, path)
     return path

@@ -1,0 +1,461 @@
+"""Answers of one assignment that are suspiciously alike: a winnowing fingerprint index.
+
+What a copier changes is normalised away (:func:`normalise`): comments, docstrings and bare
+string statements, whitespace, line breaks, indentation, parentheses, trailing commas and
+semicolons; every name the student chooses (locals, parameters, helpers) becomes ``V``.
+Kept as written: keywords, builtins, attribute names (``x.amax``), keyword-argument names
+(``dim=``) and the names the notebook's skeleton imports or defines (``torch``, ``F``,
+``rearrange``; its given classes and the answer names). Numbers are kept by value
+(``1e9`` = ``1000000000.0``), strings by content (either quote).
+
+Each answer (a code cell) gives the hashes of its k-grams of ``K`` normalised tokens, and
+winnowing (Schleimer, Wilkerson and Aiken, SIGMOD 2003: the rightmost smallest hash of every
+``WINDOW`` consecutive k-grams) keeps a few of them: every run of ``K + WINDOW - 1`` tokens
+two answers share gives them a fingerprint in common, whatever surrounds it. A k-gram of the
+skeleton (the released notebook, the source notebook minus its solution regions: the given
+code, the signatures, the test cells) is dropped, so what is given is never evidence.
+
+A fingerprint that ``n`` submissions of the assignment have weighs ``1 / n``: what many
+students share is how the class writes it (the popular formulation of an answer), not evidence
+of copying; what only two share is. A pair's **score** is the weight of the fingerprints they
+share divided by the weight of all the fingerprints of the smaller of the two (so a copy inside
+more code still scores 1), counting only **long answers**: cells with at least ``MIN_TOKENS``
+normalised tokens that are not the skeleton's. Many independent right answers to a small
+question are the same few tokens (a one-line softmax), so an answer too short to tell never
+decides a pair, alone or together.
+
+Pairs are proposed by an inverted index, fingerprint -> the submissions that have it, over the
+*rare* fingerprints only (those at most :func:`rare_cap` submissions share: 3% of the class, at
+least 3, at most ``MAX_SHARED``): the work is linear in the class (at most ``MAX_SHARED - 1``
+proposals per fingerprint of a submission), never all pairs of students. A proposed pair that
+shares at least ``MIN_RARE`` rare fingerprints and a weight of ``MIN_EVIDENCE`` is scored, and
+reported when its score reaches the threshold (``DEFAULT_THRESHOLD``; ``grade
+--similarity-threshold``). So the copy of an answer that a dozen students wrote the same way
+is not found: nothing in the text tells it from the others.
+
+Why not a library. copydetect (PyPI 0.5.0, installs here with pip, pure Python; needs numpy,
+matplotlib, jinja2, pygments, tqdm, all here already) renames identifiers (pygments' names to
+``V``, ``F``, ``O``) and winnows k-grams of the characters of what is left, but it compares
+every test file with every reference file (``CopyDetector._comparison_loop``): 0.7 ms per pair
+of notebooks measured here (a loaded 2-core machine), so about 48 minutes for 1,000 students x 8
+assignments (499,500 pairs each). It also reads files from disk, turns attribute names into
+``V`` as well (``torch.exp(x)`` and ``torch.log(x)`` both become ``V.V(V)``, so independent
+answers look more alike) and has no weight for how many students share a fingerprint. Dolos
+(npm) runs under Node.js, outside the grader's process. What they would give is :func:`winnow`.
+
+The sources are students' and never run: the work per submission is bounded (``MAX_CELLS``
+cells, ``MAX_CELL_CHARS`` characters per cell and ``MAX_SUBMISSION_CHARS`` in all), a cell
+Python's tokenizer cannot finish is read on by a plain regular expression, and nothing here
+can raise on a submission's text.
+"""
+from __future__ import annotations
+
+import ast
+import builtins
+import hashlib
+import io
+import itertools
+import keyword
+import math
+import re
+import tokenize
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+K = 8                       # tokens per k-gram: a shorter run in common is noise
+WINDOW = 4                  # winnowing window: any run of K + WINDOW - 1 = 11 shared tokens is seen
+MIN_TOKENS = 60             # a cell with fewer tokens of its own (not the skeleton's: ~5 lines) is too short to tell
+RARE_SHARE = 0.03           # a fingerprint more of the class shares does not propose a pair...
+MIN_SHARED, MAX_SHARED = 3, 30   # ...but one 3 submissions share does; one more than 30 share never (linear work)
+MIN_RARE = 2                # rare fingerprints a pair must share to be scored
+MIN_EVIDENCE = 3.0          # the least shared weight that can make a pair (6 fingerprints only the two have)
+DEFAULT_THRESHOLD = 0.8     # the score from which a pair is reported
+
+MAX_CELL_CHARS = 20_000     # characters of one cell read (an answer is a few hundred)
+MAX_CELLS = 300             # code cells of one submission read
+MAX_SUBMISSION_CHARS = 200_000
+
+_BASE = np.uint64(0x100000001B3)
+_KEEP_ALWAYS = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+_DROPPED_OPS = frozenset({"(", ")", ";"})
+_CLOSERS = frozenset({")", "]", "}"})
+_FALLBACK = re.compile(r"#[^\n]*|[^\W\d]\w*|\d[\w.]*|'[^'\n]*'?|\"[^\"\n]*\"?|\S")
+_MAGIC = re.compile(r"^[ \t]*[%!]", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Token:
+    """A normalised token and where it was in the cell's source (character offsets)."""
+
+    text: str
+    start: int
+    end: int
+
+
+# ---------------------------------------------------------------- normalising a cell
+
+def _line_starts(source: str) -> list[int]:
+    starts = [0]
+    for match in re.finditer("\n", source):
+        starts.append(match.end())
+    return starts
+
+
+def _raw_tokens(source: str) -> list[tuple[str, str, int, int]]:
+    """``(kind, text, start, end)`` of the significant tokens of ``source``: Python's tokenizer
+    (comments, line breaks and docstrings dropped), and from where it gives up, a regular
+    expression (an unfinished string or bracket, a bad indentation: read on, never raised)."""
+    starts = _line_starts(source)
+    out: list[tuple[str, str, int, int]] = []
+    line: list[tuple[str, str, int, int]] = []      # the logical line so far (docstrings)
+    resume = 0
+    try:
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            kind = tokenize.tok_name.get(tok.type, "OP")
+            start = starts[tok.start[0] - 1] + tok.start[1] if tok.start[0] <= len(starts) else len(source)
+            end = starts[tok.end[0] - 1] + tok.end[1] if tok.end[0] <= len(starts) else len(source)
+            resume = end
+            if kind in ("NEWLINE", "ENDMARKER"):
+                if not all(k == "STRING" for k, *_ in line):    # a bare string is a docstring
+                    out.extend(line)
+                line = []
+            elif kind not in ("NL", "COMMENT", "INDENT", "DEDENT", "ENCODING"):
+                line.append((kind, tok.string, start, end))
+    except (tokenize.TokenError, SyntaxError, ValueError, IndexError) as error:
+        position = error.args[1] if len(error.args) > 1 and isinstance(error.args[1], tuple) else None
+        if position and isinstance(position[0], int) and 0 < position[0] <= len(starts):
+            resume = max(resume, min(len(source), starts[position[0] - 1] + max(0, int(position[1] or 0))))
+        out.extend(line)
+        out.extend(_fallback_tokens(source, resume))
+    return out
+
+
+def _fallback_tokens(source: str, begin: int) -> list[tuple[str, str, int, int]]:
+    out = []
+    for match in _FALLBACK.finditer(source, begin):
+        text = match.group()
+        if text.startswith("#"):
+            continue
+        kind = ("NAME" if text[0].isalpha() or text[0] == "_" else "NUMBER" if text[0].isdigit()
+                else "STRING" if text[0] in "'\"" else "OP")
+        out.append((kind, text, match.start(), match.end()))
+    return out
+
+
+def _number(text: str) -> str:
+    try:
+        return "N" + repr(float(text.replace("_", "")))
+    except ValueError:
+        return "N"
+
+
+def _string(text: str) -> str:
+    if len(text) > 200:
+        return f"S{zlib.crc32(text.encode('utf-8', 'surrogatepass')):x}"
+    try:
+        return "S" + repr(ast.literal_eval(text))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return "S"
+
+
+def normalise(source: str, keep: frozenset = frozenset()) -> list[Token]:
+    """The tokens of a cell as a copier cannot change them (see the module's docstring);
+    ``keep``: names the notebook defines, kept as written. ``%magic`` and ``!shell`` lines are
+    comments here; at most :data:`MAX_CELL_CHARS` characters are read."""
+    source = _MAGIC.sub(lambda m: m.group()[:-1] + "#", source[:MAX_CELL_CHARS])
+    raw = _raw_tokens(source)
+    out: list[Token] = []
+    brackets: list[str] = []
+    previous = ""
+    for index, (kind, text, start, end) in enumerate(raw):
+        following = raw[index + 1][1] if index + 1 < len(raw) else ""
+        if kind == "OP" and text in ("(", "[", "{"):
+            brackets.append(text)
+        elif kind == "OP" and text in _CLOSERS and brackets:
+            brackets.pop()
+        if kind == "NAME":
+            named_argument = following == "=" and brackets[-1:] == ["("]
+            if not (text in _KEEP_ALWAYS or text in keep or previous == "." or named_argument):
+                text = "V"
+        elif kind == "NUMBER":
+            text = _number(text)
+        elif kind == "STRING":
+            text = _string(text)
+        elif kind.startswith("FSTRING"):       # Python 3.12: an f-string's parts; one S for it
+            text = "S" if kind == "FSTRING_START" else ""
+        elif text in _DROPPED_OPS or (text == "," and following in _CLOSERS):
+            text = ""
+        previous = raw[index][1]
+        if text:
+            out.append(Token(text, start, end))
+    return out
+
+
+def defined_names(sources: list[str]) -> frozenset:
+    """The names a notebook's skeleton imports or defines at the top level (modules, given
+    classes and functions, answer names); not the variables it assigns (``P = ...`` in a test
+    cell), which students use as locals too."""
+    names: set[str] = set()
+    for source in sources:
+        try:
+            tree = ast.parse(_MAGIC.sub(lambda m: m.group()[:-1] + "#", source))
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
+
+
+# ---------------------------------------------------------------- hashing and winnowing
+
+_TOKEN_IDS: dict[str, int] = {}
+
+
+def _token_ids(tokens: list[Token]) -> np.ndarray:
+    ids = np.empty(len(tokens), dtype=np.uint64)
+    for index, token in enumerate(tokens):
+        value = _TOKEN_IDS.get(token.text)
+        if value is None:
+            value = zlib.crc32(token.text.encode("utf-8", "surrogatepass")) * 0x9E3779B1 + len(token.text)
+            if len(token.text) <= 64 and len(_TOKEN_IDS) < 1_000_000:       # bounded: a name can be long
+                _TOKEN_IDS[token.text] = value
+        ids[index] = value & 0xFFFFFFFFFFFFFFFF
+    return ids
+
+
+def kgram_hashes(tokens: list[Token]) -> np.ndarray:
+    """The hash of every run of :data:`K` tokens (uint64; empty for a shorter cell); the
+    same tokens give the same hashes in every process."""
+    ids = _token_ids(tokens)
+    count = len(ids) - K + 1
+    if count <= 0:
+        return np.zeros(0, dtype=np.uint64)
+    hashes = np.zeros(count, dtype=np.uint64)
+    for offset in range(K):
+        hashes = hashes * _BASE + ids[offset:offset + count]
+    return hashes
+
+
+def winnow(hashes: np.ndarray, window: int = WINDOW) -> np.ndarray:
+    """The positions winnowing keeps: in every ``window`` consecutive hashes, the rightmost
+    smallest (sorted, each once). Fewer hashes than a window: the smallest of them."""
+    if len(hashes) == 0:
+        return np.zeros(0, dtype=np.int64)
+    if len(hashes) <= window:
+        return np.array([len(hashes) - 1 - int(np.argmin(hashes[::-1]))])
+    windows = np.lib.stride_tricks.sliding_window_view(hashes, window)
+    rightmost = window - 1 - np.argmin(windows[:, ::-1], axis=1)
+    return np.unique(np.arange(len(windows)) + rightmost)
+
+
+# ---------------------------------------------------------------- a class's submissions
+
+@dataclass
+class Skeleton:
+    """What an assignment gives every student: names kept as written, k-grams never evidence."""
+
+    keep: frozenset = frozenset()
+    hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+
+    @classmethod
+    def of(cls, sources: list[str]) -> Skeleton:
+        keep = defined_names(sources)
+        parts = [kgram_hashes(normalise(s, keep)) for s in sources]
+        return cls(keep, np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64))
+
+
+@dataclass
+class Cell:
+    """One code cell of a submission: its label (the question it answers, else ``cell N``),
+    its source, and its fingerprints (hash, position of the k-gram) outside the skeleton."""
+
+    label: str
+    source: str
+    hashes: np.ndarray
+    positions: np.ndarray
+    own_tokens: int                 # tokens in k-grams that are not the skeleton's
+
+    @property
+    def long(self) -> bool:
+        return self.own_tokens >= MIN_TOKENS
+
+
+@dataclass
+class Submission:
+    student: str
+    cells: list[Cell]
+
+
+def fingerprint_cell(label: str, source: str, skeleton: Skeleton, cache: dict | None = None) -> Cell:
+    """A cell's fingerprints outside the skeleton (``cache``: by a digest of the source, for
+    the cells most students leave as given). The source is kept only for a long cell."""
+    source = source[:MAX_CELL_CHARS]
+    digest = hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    if cache is not None and digest in cache:
+        hashes, positions, own = cache[digest]
+        return Cell(label, source if own >= MIN_TOKENS else "", hashes, positions, own)
+    tokens = normalise(source, skeleton.keep)
+    every = kgram_hashes(tokens)
+    own_kgram = ~np.isin(every, skeleton.hashes)
+    kept = winnow(every)
+    kept = kept[own_kgram[kept]]
+    covered = np.zeros(len(tokens) + 1, dtype=np.int64)
+    starts = np.flatnonzero(own_kgram)
+    np.add.at(covered, starts, 1)
+    np.add.at(covered, starts + K, -1)
+    own = int(np.count_nonzero(np.cumsum(covered)[:len(tokens)]))
+    if cache is not None and len(cache) < 200_000:
+        cache[digest] = (every[kept], kept, own)
+    return Cell(label, source if own >= MIN_TOKENS else "", every[kept], kept, own)
+
+
+def fingerprint_submission(student: str, cells: list[tuple[str, str]], skeleton: Skeleton,
+                           cache: dict | None = None) -> Submission:
+    """``cells``: ``(label, source)`` of the submission's code cells; at most :data:`MAX_CELLS`
+    of them and :data:`MAX_SUBMISSION_CHARS` characters in all are read."""
+    out, budget = [], MAX_SUBMISSION_CHARS
+    for label, source in cells[:MAX_CELLS]:
+        if budget <= 0:
+            break
+        source = source[:min(MAX_CELL_CHARS, budget)]
+        budget -= len(source)
+        out.append(fingerprint_cell(label, source, skeleton, cache))
+    return Submission(student, out)
+
+
+# ---------------------------------------------------------------- pairs
+
+@dataclass
+class Match:
+    """Two cells of a pair that share fingerprints, with the character spans they share."""
+
+    label_a: str
+    label_b: str
+    weight: float
+    source_a: str
+    spans_a: list[tuple[int, int]]
+    source_b: str
+    spans_b: list[tuple[int, int]]
+
+
+@dataclass
+class Pair:
+    assignment: str
+    student_a: str
+    student_b: str
+    score: float                    # shared weight / weight of the smaller submission (long cells)
+    shared: float                   # the shared weight
+    matches: list[Match] = field(default_factory=list)
+
+    @property
+    def questions(self) -> list[str]:
+        """The labels of the matched cells, the heaviest first, each once."""
+        return list(dict.fromkeys(label for m in self.matches for label in (m.label_a, m.label_b)))
+
+
+def _long_fingerprints(submission: Submission) -> np.ndarray:
+    parts = [cell.hashes for cell in submission.cells if cell.long]
+    return np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64)
+
+
+class Frequencies:
+    """How many submissions have each fingerprint, and its weight ``1 / count``: a fingerprint
+    few students share weighs more than one many share."""
+
+    def __init__(self, prints: list[np.ndarray]):
+        every = np.concatenate(prints) if prints else np.zeros(0, dtype=np.uint64)
+        self.hashes, self.counts = np.unique(every, return_counts=True)
+        self.weights = 1.0 / np.maximum(self.counts, 1)
+
+    def weight(self, hashes: np.ndarray) -> float:
+        """The summed weight of ``hashes`` (fingerprints of the class)."""
+        return float(self.weights[np.searchsorted(self.hashes, hashes)].sum()) if len(hashes) else 0.0
+
+    def rare(self, cap: int) -> np.ndarray:
+        """The fingerprints that 2 to ``cap`` submissions share."""
+        return self.hashes[(self.counts >= 2) & (self.counts <= cap)]
+
+
+def rare_cap(submissions: int) -> int:
+    """How many submissions may share a fingerprint for it to propose a pair: ``RARE_SHARE`` of
+    the class, at least ``MIN_SHARED``, at most ``MAX_SHARED`` (so the proposals stay linear)."""
+    return int(min(MAX_SHARED, max(MIN_SHARED, math.ceil(RARE_SHARE * submissions))))
+
+
+def candidates(prints: list[np.ndarray], rare: np.ndarray) -> dict[tuple[int, int], int]:
+    """``{(i, j): rare fingerprints they share}`` from the inverted index of the ``rare``
+    fingerprints (each held by at most :func:`rare_cap` submissions): never all pairs."""
+    owners = [np.full(int(np.isin(p, rare).sum()), i, dtype=np.int64) for i, p in enumerate(prints)]
+    hashes = np.concatenate([p[np.isin(p, rare)] for p in prints]) if prints else np.zeros(0, dtype=np.uint64)
+    if len(hashes) == 0:
+        return {}
+    owner = np.concatenate(owners)
+    order = np.lexsort((owner, hashes))
+    hashes, owner = hashes[order], owner[order]
+    starts = np.flatnonzero(np.concatenate([[True], hashes[1:] != hashes[:-1]]))
+    sizes = np.diff(np.concatenate([starts, [len(hashes)]]))
+    count, keys = len(prints), []
+    for size in np.unique(sizes):
+        members = owner[starts[sizes == size][:, None] + np.arange(size)]        # (groups, size)
+        keys.extend(members[:, a] * count + members[:, b] for a, b in itertools.combinations(range(size), 2))
+    found, shared = np.unique(np.concatenate(keys), return_counts=True) if keys else ([], [])
+    return {(int(k) // count, int(k) % count): int(n) for k, n in zip(found, shared)}
+
+
+def similar_pairs(assignment: str, submissions: list[Submission], keep: frozenset = frozenset(),
+                  threshold: float = DEFAULT_THRESHOLD) -> list[Pair]:
+    """The pairs of ``submissions`` (one assignment) whose score reaches ``threshold``, the
+    highest first, each with its matched cells (``keep``: the skeleton's names, for the spans).
+    A pair is scored only when it shares at least ``MIN_RARE`` rare fingerprints and a weight
+    of ``MIN_EVIDENCE``."""
+    prints = [_long_fingerprints(s) for s in submissions]
+    table = Frequencies(prints)
+    totals = [table.weight(p) for p in prints]
+    pairs = []
+    for (i, j), rare in candidates(prints, table.rare(rare_cap(len(prints)))).items():
+        if rare < MIN_RARE:
+            continue
+        shared = table.weight(np.intersect1d(prints[i], prints[j], assume_unique=True))
+        score = shared / min(totals[i], totals[j])
+        if shared >= MIN_EVIDENCE and score >= threshold:
+            a, b = sorted((submissions[i], submissions[j]), key=lambda s: s.student)
+            pairs.append(Pair(assignment, a.student, b.student, round(min(score, 1.0), 3), round(shared, 1),
+                              _matches(a, b, table, keep)))
+    return sorted(pairs, key=lambda p: (-p.score, p.student_a, p.student_b))
+
+
+def _spans(source: str, positions: np.ndarray, keep: frozenset) -> list[tuple[int, int]]:
+    """The character spans of the k-grams starting at token ``positions``, merged."""
+    tokens = normalise(source, keep)
+    spans: list[tuple[int, int]] = []
+    for position in sorted(int(p) for p in positions):
+        last = min(position + K, len(tokens)) - 1
+        if position > last:
+            continue
+        start, end = tokens[position].start, tokens[last].end
+        if spans and start <= spans[-1][1]:
+            spans[-1] = (spans[-1][0], max(end, spans[-1][1]))
+        else:
+            spans.append((start, end))
+    return spans
+
+
+def _matches(a: Submission, b: Submission, table: Frequencies, keep: frozenset) -> list[Match]:
+    """The long cells of ``a`` and ``b`` that share fingerprints, the heaviest first."""
+    out = []
+    for cell_a in (c for c in a.cells if c.long):
+        for cell_b in (c for c in b.cells if c.long):
+            common = np.intersect1d(cell_a.hashes, cell_b.hashes)
+            weight = table.weight(common)
+            if weight <= 0:
+                continue
+            spans_a = _spans(cell_a.source, cell_a.positions[np.isin(cell_a.hashes, common)], keep)
+            spans_b = _spans(cell_b.source, cell_b.positions[np.isin(cell_b.hashes, common)], keep)
+            out.append(Match(cell_a.label, cell_b.label, round(weight, 1), cell_a.source, spans_a,
+                             cell_b.source, spans_b))
+    return sorted(out, key=lambda m: -m.weight)

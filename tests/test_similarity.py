@@ -1,0 +1,306 @@
+"""The similarity report (autograder/batch/similarity.py, similarity_report.py): what a copier
+changes is normalised away, short answers and the notebook's skeleton never make a pair, a
+fingerprint many students share proposes none, the report escapes the students' text, the CSV is
+written; and, slow, one class through `python -m autograder grade`."""
+from __future__ import annotations
+
+import csv
+import html
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from autograder.batch import similarity as S
+from autograder.batch import similarity_report as R
+
+ANSWER = '''
+def attention(q, k, v, mask=None):
+    """Scaled dot-product attention."""
+    # scores of every query against every key
+    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)   # hide the masked keys
+    weights = torch.softmax(scores, dim=-1)
+    out = weights @ v
+    return out, weights
+'''
+
+# the same answer: locals renamed, comments and docstring gone, reformatted (another indentation,
+# other line breaks, redundant parentheses, a trailing comma, other quotes and number spellings)
+DISGUISED = '''
+def attention(q, k, v, mask=None):
+  s = (q @ k.transpose(-2,
+                       -1,)) / q.shape[-1] ** 0.5
+
+  if mask is not None:
+    s = s.masked_fill(mask == 0, -1000000000.0)
+  w = torch.softmax(s, dim=-1);  o = (w @ v)
+  return (o, w)
+'''
+
+
+def texts(source: str, keep=frozenset({"torch"})) -> list[str]:
+    return [t.text for t in S.normalise(source, keep)]
+
+
+def long_answer(rng: random.Random, name: str = "answer") -> str:
+    """A long answer of its own: 12 lines of calls to methods from a vocabulary no other answer
+    draws the same (attribute names are kept: two such answers share no run of tokens)."""
+    lines = [f"def {name}(x, y):"]
+    for i in range(12):
+        a, b = (f"m{rng.randrange(10**9)}" for _ in range(2))
+        lines.append(f"    t{i} = x.{a}(dim={rng.randrange(-3, 3)}) * y.{b}({rng.randrange(9)}) + {rng.randrange(99)}")
+    lines.append(f"    return y.m{rng.randrange(10**9)}(" + " + ".join(f"t{i}" for i in range(12)) + ")")
+    return "\n".join(lines) + "\n"
+
+
+def submission(student: str, cells: list[str], skeleton: S.Skeleton) -> S.Submission:
+    return S.fingerprint_submission(student, [(f"cell {i + 1}", c) for i, c in enumerate(cells)], skeleton)
+
+
+def pairs_of(class_: dict[str, list[str]], skeleton: S.Skeleton = S.Skeleton()) -> set[tuple[str, str]]:
+    found = S.similar_pairs("a", [submission(s, cells, skeleton) for s, cells in class_.items()], skeleton.keep)
+    return {(p.student_a, p.student_b) for p in found}
+
+
+# ---------------------------------------------------------------- normalisation
+
+def test_renaming_comments_docstrings_and_formatting_change_no_token():
+    assert texts(ANSWER) == texts(DISGUISED)
+    assert "V" in texts(ANSWER) and "softmax" in texts(ANSWER) and "transpose" in texts(ANSWER)
+    # what a copier does not change is kept: another function, another operator is another text
+    assert texts(ANSWER.replace("torch.softmax", "torch.sigmoid")) != texts(ANSWER)
+    assert texts(ANSWER.replace("/ q.shape", "* q.shape")) != texts(ANSWER)
+
+
+def test_names_the_skeleton_defines_are_kept_and_the_students_are_not():
+    source = "out = rearrange(x, 'b n d -> b d n')\nmine = helper(x)\n"
+    tokens = texts(source, keep=S.defined_names(["from einops import rearrange\n"]))
+    assert tokens[:3] == ["V", "=", "rearrange"] and "helper" not in tokens
+    assert "S'b n d -> b d n'" in tokens                     # a string by its content
+
+
+def test_a_cell_the_tokenizer_cannot_finish_is_read_on_and_never_raises():
+    broken = [ANSWER + "\nx = '''never closed\n", ANSWER + "\n  bad = (indent\n", "\x00\ud800" * 50,
+              "%matplotlib inline\n!pip install x\n" + ANSWER, "(" * 5000, "'" * 10_000,
+              "x = f'{a!r:>{width}}'\n" * 100]
+    for source in broken:
+        cell = S.fingerprint_cell("q", source, S.Skeleton())
+        assert isinstance(cell.own_tokens, int)
+    # the answer before the unfinished string still gives its fingerprints
+    assert texts(broken[0])[:len(texts(ANSWER))] == texts(ANSWER)
+    # the magics are comments: the answer's tokens only
+    assert texts(broken[3]) == texts(ANSWER)
+
+
+def test_the_work_per_cell_and_per_submission_is_bounded():
+    huge = "x = y + 1\n" * 100_000                             # 1,000,000 characters
+    cell = S.fingerprint_cell("q", huge, S.Skeleton())
+    assert cell.positions.max() < S.MAX_CELL_CHARS
+    many = submission("s", [huge] * 50, S.Skeleton())
+    assert sum(len(c.source) for c in many.cells if c.source) <= S.MAX_SUBMISSION_CHARS
+
+
+def test_winnowing_finds_every_shared_run_of_k_plus_window_minus_one_tokens():
+    rng = random.Random(0)
+    for _ in range(50):
+        shared = [S.Token(f"t{rng.randrange(30)}", 0, 0) for _ in range(S.K + S.WINDOW - 1)]
+        a = [S.Token(f"a{rng.randrange(30)}", 0, 0) for _ in range(rng.randrange(20))] + shared
+        b = shared + [S.Token(f"b{rng.randrange(30)}", 0, 0) for _ in range(rng.randrange(20))]
+        ha, hb = S.kgram_hashes(a), S.kgram_hashes(b)
+        assert set(ha[S.winnow(ha)].tolist()) & set(hb[S.winnow(hb)].tolist())
+
+
+# ---------------------------------------------------------------- pairs
+
+def _class(size: int, seed: int = 0) -> dict[str, list[str]]:
+    rng = random.Random(seed)
+    return {f"s{i:02d}": [long_answer(rng)] for i in range(size)}
+
+
+def test_a_disguised_copy_of_a_long_answer_pairs_and_independent_answers_do_not():
+    class_ = _class(10)
+    assert pairs_of(class_) == set()                         # ten answers of their own: no pair
+    rng = random.Random(1)
+    origin = long_answer(rng)
+    copy = re.sub(r"\bt(\d+)\b", r"part_\1", origin).replace("    ", "  ").replace(" + ", "+")  # renamed, respaced
+    assert texts(origin) == texts(copy)
+    assert pairs_of({**class_, "origin": [origin], "copier": [copy]}) == {("copier", "origin")}
+
+
+def test_short_answers_alone_never_pair_even_identical():
+    one_liner = "def softmax(x, dim=-1):\n    return torch.exp(x) / torch.exp(x).sum(dim=dim, keepdim=True)\n"
+    rng = random.Random(2)
+    class_ = {f"s{i}": [one_liner, one_liner.replace("x", "z"), long_answer(rng)] for i in range(2)}
+    short = S.fingerprint_cell("q", one_liner, S.Skeleton())
+    assert not short.long and len(short.hashes) > 0
+    assert pairs_of(class_) == set()
+    assert pairs_of({s: cells[:2] for s, cells in class_.items()}) == set()   # nothing long at all
+    # the same two students with a long answer in common do pair
+    shared = long_answer(rng)
+    assert pairs_of({s: cells[:2] + [shared] for s, cells in class_.items()}) == {("s0", "s1")}
+
+
+def test_the_skeleton_is_never_evidence():
+    rng = random.Random(3)
+    given = long_answer(rng, name="given_helper")             # a long given cell both students keep
+    class_ = {f"s{i}": [given, "def mine():\n    return 1\n"] for i in range(2)}
+    assert pairs_of(class_, S.Skeleton.of([given])) == set()
+    assert pairs_of(class_) == {("s0", "s1")}                 # without the skeleton, a pair
+
+
+def test_an_answer_many_students_share_proposes_no_pair():
+    """Thirty students with the same long answer: the class's way to write it, not a copy; and
+    no pair is even proposed (the index never enumerates the pairs of a popular fingerprint)."""
+    rng = random.Random(4)
+    popular = long_answer(rng)
+    class_ = {f"s{i:02d}": [popular] for i in range(30)}
+    submissions = [submission(s, cells, S.Skeleton()) for s, cells in class_.items()]
+    prints = [S._long_fingerprints(s) for s in submissions]
+    table = S.Frequencies(prints)
+    assert S.candidates(prints, table.rare(S.rare_cap(len(prints)))) == {}
+    assert pairs_of(class_) == set()
+    assert len(pairs_of(dict(list(class_.items())[:2]))) == 1  # the same answer in two notebooks: a pair
+
+
+def test_the_proposals_grow_linearly_with_the_class():
+    """Every student shares a long answer with a few others (groups of 3): the proposed pairs are
+    those of the groups, never all pairs."""
+    rng = random.Random(5)
+    for size in (30, 300):
+        answers = [long_answer(rng) for _ in range(size // 3)]
+        prints = [S._long_fingerprints(submission(str(i), [answers[i // 3]], S.Skeleton())) for i in range(size)]
+        proposed = S.candidates(prints, S.Frequencies(prints).rare(S.rare_cap(size)))
+        assert len(proposed) == size                          # 3 pairs per group of 3
+
+
+# ---------------------------------------------------------------- the report and the CSV
+
+HOSTILE_NAME = "<script>alert(1)</script>\u202e"
+HOSTILE_CODE = "# </pre><script>alert(2)</script>\n# \x1b[31m\u202e\n"
+
+
+def _hostile_pairs() -> R.ClassSimilarity:
+    rng = random.Random(6)
+    shared = HOSTILE_CODE + long_answer(rng)
+    subs = [submission(HOSTILE_NAME, [shared], S.Skeleton()), submission("=HYPERLINK(\"x\")", [shared], S.Skeleton()),
+            submission("bob", [long_answer(rng)], S.Skeleton())]
+    return R.ClassSimilarity(0.8, S.similar_pairs("03_<b>", subs), {"03_<b>": 3})
+
+
+def test_the_section_escapes_every_text_a_student_controls():
+    found = _hostile_pairs()
+    assert len(found.pairs) == 1 and found.pairs[0].matches
+    section = R.html_section(found)
+    assert section.startswith('<h2 id="similar-submissions">Similar submissions</h2>')
+    assert "<script>" not in section and "<b>" not in section and "\u202e" not in section and "\x1b" not in section
+    assert "&lt;script&gt;alert(1)" in section and "&lt;/pre&gt;&lt;script&gt;alert(2)" in section
+    assert "<mark>" in section                                # the matched code, highlighted
+    # the highlighted code is the source, escaped: unescaped it reads as the student wrote it
+    code = re.findall(r"<pre>(.*?)</pre>", section, flags=re.DOTALL)[0]
+    shown = html.unescape(re.sub(r"</?mark>", "", code))
+    assert shown.startswith("# </pre><script>alert(2)</script>\n# \\x1b[31m\\u202e\ndef answer(x, y):\n"), shown[:80]
+
+
+def test_the_csv_has_one_row_per_pair_with_formulas_neutralised(tmp_path):
+    found = _hostile_pairs()
+    path = R.write_csv(tmp_path, found)
+    assert path == tmp_path / "similarity.csv"
+    with open(path, newline="", encoding="utf-8") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][:5] == ["assignment", "student_a", "student_b", "score", "shared_weight"]
+    assert rows[0][5] == "matched_questions" and len(rows) == 2
+    assignment, a, b, score, _, questions = rows[1]
+    assert assignment == "03_<b>" and {a, b} == {"'=HYPERLINK(\"x\")", HOSTILE_NAME}
+    assert float(score) == pytest.approx(1.0) and questions == "cell 1"
+
+
+def test_the_threshold_option_takes_a_number_in_0_1():
+    assert R.threshold_argument("0.5") == 0.5
+    for bad in ("0", "1.5", "-1", "abc", "nan"):
+        with pytest.raises(Exception, match="expected a number in"):
+            R.threshold_argument(bad)
+
+
+def test_cells_are_labelled_by_the_question_they_answer():
+    notebook = {"cells": [
+        {"cell_type": "code", "source": "import torch", "metadata": {}},
+        {"cell_type": "code", "source": ["x = 1"], "metadata": {"nbgrader": {"grade_id": "softmax_answer"}}},
+        {"cell_type": "code", "source": "def softmax(x):\n    pass\n", "metadata": {}},
+        {"cell_type": "markdown", "source": "text"}, {"cell_type": "code", "source": 5}, "not a cell"]}
+
+    class Q:
+        id, answer_name = "softmax", "softmax"
+    cells = R.labelled_cells(json.dumps(notebook).encode(), [Q()])
+    assert cells == [("cell 1", "import torch"), ("softmax", "x = 1"), ("softmax", "def softmax(x):\n    pass\n"),
+                     ("cell 4", "")]
+    assert R.labelled_cells(b"{not json", [Q()]) == [] and R.labelled_cells(b"[1]", [Q()]) == []
+
+
+def test_the_skeleton_is_the_source_without_its_solutions_and_the_released_notebook(tmp_path):
+    for folder, source in (("source", "def f(x):\n    ### BEGIN SOLUTION\n    return secret(x)\n"
+                                      "    ### END SOLUTION\n"), ("release", "given = 1\n")):
+        (tmp_path / folder / "a").mkdir(parents=True)
+        (tmp_path / folder / "a" / "a.ipynb").write_text(json.dumps(
+            {"cells": [{"cell_type": "code", "source": source, "metadata": {}}]}))
+    sources = R.skeleton_sources(tmp_path / "source", "a")
+    assert sources == ["def f(x):\n    ", "given = 1\n"]
+
+
+# ---------------------------------------------------------------- through `python -m autograder grade`
+
+@pytest.mark.slow
+def test_a_class_graded_by_the_command_reports_the_copy_and_not_the_independent_pair(tmp_path):
+    """02_positional_encoding: one student's own answer (vectorised) and a disguised copy of it,
+    two independent right answers (torch, outer product) and the solution; every one full marks,
+    the copy pair in "Similar submissions" and similarity.csv, no other pair."""
+    import grading_students as G
+    from answers import ch02_positional_encoding as bank
+
+    from bench.similarity import _top_level_source, disguised
+
+    a = "02_positional_encoding"
+    root = tmp_path / "course"
+    own = _top_level_source(bank.pe_vectorised, "getPositionEncoding")
+    answers = {"origin": own, "copier": disguised(own, random.Random(0)),
+               "independent1": _top_level_source(bank.pe_torch_float64, "getPositionEncoding"),
+               "independent2": _top_level_source(bank.pe_outer, "getPositionEncoding")}
+    assert texts(answers["copier"]) == texts(own) and answers["copier"] != own
+    for student, source in answers.items():
+        G.write(G.replace_definition(G.load(a), "getPositionEncoding", source), root, student, a)
+    G.write(G.load(a), root, "solution", a)
+    env = dict(os.environ, AUTOGRADER_GRADER_VERSION="similarity-test")
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(root), "--jobs", "2", "--no-progress",
+                           "--timeout", "20"], cwd=G.REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "similar submissions: 1 pair(s)" in proc.stdout, proc.stdout
+    rows = G.read_csv(root)
+    assert all(rows[(s, a, "q1")][:2] == (2.0, 2.0) for s in [*answers, "solution"]), rows
+    page = (root / "report.html").read_text(encoding="utf-8")
+    section = page.split("<h2 id=\"similar-submissions\">Similar submissions</h2>")[1]
+    summary = section.split("</table>")[0]
+    assert re.search(r"<td>copier</td><td>origin</td><td class=\"n\">1\.00</td><td>q1</td>", summary), summary
+    assert "independent1" not in section and "independent2" not in section and "solution" not in section
+    with open(root / "similarity.csv", newline="", encoding="utf-8") as fh:
+        assert [row[:3] for row in csv.reader(fh)][1:] == [[a, "copier", "origin"]]
+    off = subprocess.run([sys.executable, "-m", "autograder", "report", str(root), "--no-similarity"],
+                         cwd=G.REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert off.returncode == 0, off.stderr
+    assert "Not checked" in (root / "report.html").read_text() and not (root / "similarity.csv").exists()
+
+
+def test_a_hostile_class_costs_bounded_time():
+    """The sources are read, never run: a submission of huge cells of nested brackets and
+    unfinished strings is fingerprinted within the caps (no test of seconds: the caps)."""
+    skeleton = S.Skeleton.of([textwrap.dedent(ANSWER)])
+    cells = [("[" * 19_000) + "'", "'''" + "x" * 30_000, ANSWER * 200] * 200
+    sub = S.fingerprint_submission("hostile", [(f"cell {i}", c) for i, c in enumerate(cells)], skeleton)
+    assert len(sub.cells) <= S.MAX_CELLS
+    assert sum(len(c.hashes) for c in sub.cells) < np.iinfo(np.int32).max
