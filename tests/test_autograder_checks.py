@@ -11,6 +11,8 @@ from torch import nn
 
 import autograder
 from autograder.judging.catalogue import entry
+from autograder.judging.judge import judge
+from autograder.student.probe import probe
 from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
 
 QUESTIONS = autograder.questions()
@@ -49,9 +51,11 @@ def test_question_list_follows_the_contract():
 
 # A training question takes a minute per check (its "overtime" mistake longer): its solution, its
 # verdict and its mistakes are tested in tests/test_training_question.py (and its notebook by nbval,
-# nbgrader and the sandboxed batch), not again here.
+# nbgrader and the sandboxed batch), not again here. A symptom (``detect``) has no answer of its own:
+# the banks' realistic answers name it (tests/test_answer_banks.py).
 TRAINING = {q.id for q in QUESTIONS if q.seconds}
-CATALOGUE = [(q.id, m) for q in QUESTIONS if q.id not in TRAINING for m in entry(q.id).catalogue]
+CATALOGUE = [(q.id, m) for q in QUESTIONS if q.id not in TRAINING for m in entry(q.id).catalogue if m.build is not None]
+CHANGES = [(q.id, m) for q in QUESTIONS if q.id not in TRAINING for m in entry(q.id).catalogue if m.change is not None]
 
 
 @pytest.mark.parametrize("qid, mistake", CATALOGUE, ids=[f"{qid}-{m.key}" for qid, m in CATALOGUE])
@@ -64,10 +68,29 @@ def test_catalogue_mistake_is_rejected_and_named(qid, mistake):
         assert mistake.title in result.feedback
 
 
+@pytest.mark.parametrize("qid, mistake", CHANGES, ids=[f"{qid}-{m.key}" for qid, m in CHANGES])
+def test_changed_reference_is_rejected_and_named(qid, mistake):
+    """Every form of a counterfactual entry (the question's references with one part changed)
+    applies to the question, is rejected and is named by its key and form: no form another entry
+    already names, none that finds nothing to change."""
+    question = autograder.question(qid)
+    answers = mistake.change.answers(entry(qid).references())
+    assert answers, f"{qid}/{mistake.key}: no form applies to the question's references"
+    for wrong, detail in answers:
+        # judged without the static scan, which refuses the grader's own code (vitref) as an answer
+        result = judge(question, probe(question, wrong))
+        assert "NotApplicable" not in result.feedback, f"{qid}/{mistake.key} {detail} finds nothing to change"
+        assert not result.passed and result.score == 0, (detail, result.feedback)
+        assert result.mistake == mistake.key, (detail, result.feedback)
+        assert f"{mistake.title} {detail}".strip() in result.feedback
+
+
 @pytest.mark.parametrize("qid", sorted({qid for qid, _ in CATALOGUE}))
-def test_grade_raises_the_checks_feedback_on_a_wrong_answer(qid):
+def test_grade_raises_the_checks_feedback_on_a_wrong_answer(qid, monkeypatch):
     """``grade`` is ``check`` plus an AssertionError (what nbgrader counts): once per question,
-    not again for every mistake the test above already checked."""
+    not again for every mistake the test above already checked. In nbgrader's own runs
+    (``NBGRADER_EXECUTION``) the feedback is the full one, the mistake named."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     mistake = entry(qid).catalogue[0]
     wrong = mistake.answers(PARTS)[0]
     with pytest.raises(AssertionError, match="not yet") as raised:
@@ -88,7 +111,7 @@ def test_feedback_names_shapes_and_the_failing_input():
 
 def test_unknown_wrong_answer_gets_numbers_but_no_mistake_name():
     def off(x, dim=-1):
-        return S.softmax(x, dim) * 1.01
+        return S.softmax(x * 1.01, dim)         # a softmax (slices sum to 1) of slightly other numbers
 
     result = autograder.check("softmax", off)
     assert not result.passed and result.mistake is None

@@ -149,7 +149,7 @@ def pe_cos_squared(seq_len, d, n=10000):
     return P
 
 
-@wrong("q1", says("row 0 should be 0 in the even columns"))
+@wrong("q1", ("table_positions_shifted", says("rows start at position 2")))
 def pe_positions_from_two(seq_len, d, n=10000):
     P = np.zeros((seq_len, d))
     for k in range(1, seq_len + 1):
@@ -204,7 +204,7 @@ wrong_list("q1", [
 ])
 
 
-@wrong("q1", says("positions start at 0"))
+@wrong("q1", ("table_positions_shifted", says("Row k of the table is position k")))
 def pe_shifted_rows(seq_len, d, n=10000):
     P = np.zeros((seq_len, d))
     for k in range(1, seq_len + 1):

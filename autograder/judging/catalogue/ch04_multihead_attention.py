@@ -8,7 +8,9 @@ from ..model import Mistake
 from ._entry import add
 from ._attention import finite_fill_loop, finite_fill_mha, head_class, loop_class, mha_class
 from ._common import parts, vitref
-from ._properties import diagnose
+from ._changes import values_from_keys
+from ._symptoms import RETURNS_TUPLE
+from .ch03_attention import ATTENTION_SYMPTOMS
 
 
 def _mha(**kwargs):
@@ -94,8 +96,8 @@ MHA_MISTAKES = [
             "Keep the exercise's layers: nn.Linear(emb_size, 3 * emb_size) has a bias.", _mha(bias=False)),
 ]
 
-add('q5', references=lambda: [vitref().MultiHeadAttention, finite_fill_mha()], catalogue=MHA_MISTAKES,
-    diagnose=diagnose)
+add('q5', references=lambda: [vitref().MultiHeadAttention, finite_fill_mha()],
+    catalogue=[*MHA_MISTAKES, values_from_keys(), RETURNS_TUPLE, *ATTENTION_SYMPTOMS])
 
 
 def _loop(head=None, finite=False, **kwargs):
@@ -165,5 +167,6 @@ LOOP_MISTAKES = [
             honours_return_attention=False),
 ]
 
-add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop, finite_fill_loop()], catalogue=LOOP_MISTAKES,
-    reference_parts=parts(AttentionHead=lambda: vitref().AttentionHead), diagnose=diagnose)
+add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop, finite_fill_loop()],
+    catalogue=[*LOOP_MISTAKES, values_from_keys(), RETURNS_TUPLE, *ATTENTION_SYMPTOMS],
+    reference_parts=parts(AttentionHead=lambda: vitref().AttentionHead))

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..model import Mistake
 from ._entry import add
-from ._properties import dtype_mix
+from ._symptoms import FLOAT_MIX, GRADIENT_DIFFERS, PROPERTIES
 
 
 def _reference(logits, targets, smoothing=0.1):
@@ -81,4 +81,4 @@ LS_MISTAKES = [
             "log(sum(exp(z - max(z)))).", _ls("right", stable=False)),
 ]
 
-add("label_smoothing", references=lambda: [_reference], catalogue=LS_MISTAKES, diagnose=lambda q, d: dtype_mix(d))
+add("label_smoothing", references=lambda: [_reference], catalogue=[*LS_MISTAKES, *PROPERTIES, FLOAT_MIX, GRADIENT_DIFFERS])
