@@ -102,9 +102,11 @@ class LoopStack(nn.Module):
         return (out, torch.stack([w for _, w in results], dim=1)) if return_attention else out
 
 
-@variant("mha_loop")
+@wrong("mha_loop", ("return_attention_always_tuple", says("return_attention=False")))
 class LoopRawHeads(nn.Module):
-    """Heads from the raw-parameter head class, projection named W_O."""
+    """Heads from the raw-parameter head class, projection named W_O; returns (out, None) without
+    return_attention (once a variant, when the grader took the first item of any tuple: a caller
+    that expects the output tensor gets a tuple)."""
 
     def __init__(self, emb_size, num_heads):
         super().__init__()
@@ -797,3 +799,149 @@ class LoopMean2(nn.Module):
         out = self.projection(sum(r[0] for r in results) / len(results))
         return (out, torch.stack([r[1] for r in results], 1)) if return_attention else out
 
+
+
+# ####################################################################################################
+# classes of the instructor's hidden collection: keys used as values, per-head output projections in
+# the loop, and a forward that always returns (out, weights) (the grader used to take the first item)
+@wrong("q5", "values_from_keys")
+class MHAValuesAreKeys(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__()
+        self.emb_size, self.num_heads = emb_size, num_heads
+        self.qkv = nn.Linear(emb_size, emb_size * 3)
+        self.att_drop = nn.Dropout(dropout)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None):
+        qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
+        queries, keys, values = qkv[0], qkv[1], qkv[1]
+        energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
+        att = self.att_drop(F.softmax(energy / (self.emb_size // self.num_heads) ** 0.5, dim=-1))
+        out = torch.einsum("bhal, bhlv -> bhav", att, values)
+        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+
+
+class _HeadKeysAsValues(nn.Module):
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.query, self.key, self.value = nn.Linear(dim, head_dim), nn.Linear(dim, head_dim), nn.Linear(dim, head_dim)
+
+    def forward(self, x, mask=None):
+        k = self.key(x)
+        return S.scaled_dot_product_attention(self.query(x), k, k, mask)
+
+
+@wrong("mha_loop", "values_from_keys")
+class LoopOfHeadsWithKeysAsValues(nn.Module):
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        self.heads = nn.ModuleList([_HeadKeysAsValues(emb_size, emb_size // num_heads) for _ in range(num_heads)])
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None, return_attention=False):
+        results = [head(x, mask) for head in self.heads]
+        out = self.projection(torch.cat([r[0] for r in results], dim=-1))
+        return (out, torch.stack([r[1] for r in results], dim=1)) if return_attention else out
+
+
+@wrong("mha_loop", ("per_head_projection", says("projection")))
+class LoopProjectionPerHeadSummed(nn.Module):
+    """Each head's output projected to emb_size by its own layer, the projections summed."""
+
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        head_dim = emb_size // num_heads
+        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.projections = nn.ModuleList([nn.Linear(head_dim, emb_size) for _ in range(num_heads)])
+
+    def forward(self, x, mask=None, return_attention=False):
+        out, maps = 0, []
+        for head, projection in zip(self.heads, self.projections):
+            head_out, weights = head(x, mask)
+            out = out + projection(head_out)
+            maps.append(weights)
+        return (out, torch.stack(maps, dim=1)) if return_attention else out
+
+
+@wrong("mha_loop", ("per_head_projection", says("projection")))
+class LoopSharedSmallProjection(nn.Module):
+    """One (head_dim -> head_dim) projection applied to every head inside the loop."""
+
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        head_dim = emb_size // num_heads
+        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.projection = nn.Linear(head_dim, head_dim)
+
+    def forward(self, x, mask=None, return_attention=False):
+        outs, maps = [], []
+        for head in self.heads:
+            head_out, weights = head(x, mask)
+            outs.append(self.projection(head_out))
+            maps.append(weights)
+        out = torch.cat(outs, dim=-1)
+        return (out, torch.stack(maps, dim=1)) if return_attention else out
+
+
+@wrong("mha_loop", ("per_head_projection", says("projection")))
+class LoopProjectionInsideEachHead(nn.Module):
+    """A (head_dim -> head_dim) projection per head, then the heads concatenated."""
+
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        head_dim = emb_size // num_heads
+        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.out_proj = nn.ModuleList([nn.Linear(head_dim, head_dim) for _ in range(num_heads)])
+
+    def forward(self, x, mask=None, return_attention=False):
+        pairs = [head(x, mask) for head in self.heads]
+        out = torch.cat([proj(o) for proj, (o, _) in zip(self.out_proj, pairs)], dim=-1)
+        return (out, torch.stack([w for _, w in pairs], dim=1)) if return_attention else out
+
+
+@wrong("mha_loop", ("return_attention_always_tuple", says("return_attention=False")))
+class LoopAlwaysReturnsWeights(_Loop):
+    def forward(self, x, mask=None, return_attention=False):
+        outs, maps = zip(*[head(x, mask) for head in self.heads])
+        return self.projection(torch.cat(outs, dim=-1)), torch.stack(maps, dim=1)
+
+
+@wrong("mha_loop", ("return_attention_always_tuple", says("return_attention=False should return the output tensor")))
+class LoopReturnsNoneWeights(_Loop):
+    def forward(self, x, mask=None, return_attention=False):
+        outs, maps = zip(*[head(x, mask) for head in self.heads])
+        weights = torch.stack(maps, dim=1) if return_attention else None
+        return self.projection(torch.cat(outs, dim=-1)), weights
+
+
+@wrong("mha_loop", ("returns_a_tuple", says("return_attention=False should return the output tensor alone")))
+class LoopReturnsListOfMaps(_Loop):
+    def forward(self, x, mask=None, return_attention=False):
+        outs, maps = [], []
+        for head in self.heads:
+            out, weights = head(x, mask)
+            outs.append(out)
+            maps.append(weights)
+        return self.projection(torch.cat(outs, dim=-1)), maps
+
+
+@wrong("q5", ("returns_a_tuple", says("should return the output tensor alone")))
+class MHAAlwaysWithWeights(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__()
+        self.emb_size, self.num_heads = emb_size, num_heads
+        self.qkv = nn.Linear(emb_size, emb_size * 3)
+        self.att_drop = nn.Dropout(dropout)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None):
+        queries, keys, values = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
+        energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
+        att = self.att_drop(F.softmax(energy / (self.emb_size // self.num_heads) ** 0.5, dim=-1))
+        out = rearrange(torch.einsum("bhal, bhlv -> bhav", att, values), "b h n d -> b n (h d)")
+        return self.projection(out), att

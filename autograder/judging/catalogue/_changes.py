@@ -163,13 +163,13 @@ def norm_over_tokens() -> Mistake:
 
 
 def _branches(module: nn.Module) -> list[tuple[str, nn.Module, nn.Module]]:
-    """(name, the module whose input is the residual stream, the module whose output is added back)
-    of every residual branch of a vitref block or ResidualAdd."""
+    """(name, the module whose input is the residual stream, the module whose output is added back:
+    after the branch's dropout) of every residual branch of a vitref block or ResidualAdd."""
     v = vitref()
     if isinstance(module, v.TransformerEncoderBlock):
         if module.norm_first:
-            return [("attention", module.norm1, module.attn), ("feed-forward block", module.norm2, module.mlp)]
-        return [("attention", module.attn, module.attn), ("feed-forward block", module.mlp, module.mlp)]
+            return [("attention", module.norm1, module.drop1), ("feed-forward block", module.norm2, module.drop2)]
+        return [("attention", module.attn, module.drop1), ("feed-forward block", module.mlp, module.drop2)]
     if isinstance(module, v.ResidualAdd):
         return [("", module.fn, module.fn)]
     return []

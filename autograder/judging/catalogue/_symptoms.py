@@ -82,6 +82,27 @@ BIAS_MISSING = symptom(
 PROPERTIES = (PARAMETER_NOT_TRAINED, FLOAT32_PRECISION, BIAS_MISSING)
 
 
+def _fresh_class_token(view: View) -> str | None:
+    """The class token is not the module's parameter: the parameter named like a class token gets no
+    gradient (or a zero one) while the outputs that depend on it differ."""
+    for row in view.rows:
+        detail = str(row.detail or "") if row.status == "property" else ""
+        if "gradient of the parameter" in detail and "cls" in detail.split("gradient of the parameter")[1][:24]:
+            if any(r.status == "differs" for r in view.rows):
+                return ("the class token your model uses is not its parameter self.cls_token: the outputs differ and "
+                        "no gradient reaches self.cls_token (a new tensor made in forward, e.g. torch.randn(1, 1, "
+                        "dim) or torch.zeros, instead of the module's parameter)")
+    return None
+
+
+FRESH_CLASS_TOKEN = symptom(
+    "class_token_not_parameter", "a class token made in forward instead of the parameter",
+    "Make the class token once, in __init__, as nn.Parameter (self.cls_token), and use that parameter in forward, "
+    "repeated for every image.",
+    "Your class token differs from run to run and training never changes it: where is it created, and is it one "
+    "of the module's parameters?", _fresh_class_token)
+
+
 # --------------------------------------------------------------------------- errors
 
 

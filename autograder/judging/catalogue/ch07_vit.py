@@ -14,7 +14,7 @@ from ._entry import add
 from ._common import parts, vitref
 from ..diagnosis import View
 from ._changes import blocks_reversed
-from ._symptoms import FLOAT_MIX, PROPERTIES, by_tag, first_wrong_output, symptom
+from ._symptoms import FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES, by_tag, first_wrong_output, symptom
 
 
 def _vit_reference():
@@ -203,26 +203,6 @@ _VIT_OUTPUTS = {
     "logits_only": "the logits with return_attention=True differ from those without it: both calls must compute the same",
 }
 
-
-def _fresh_class_token(view: View) -> str | None:
-    """The class token is not the module's parameter: the parameter named like a class token gets no
-    gradient (or a zero one) while the outputs that depend on it differ."""
-    for row in view.rows:
-        detail = str(row.detail or "") if row.status == "property" else ""
-        if "gradient of the parameter" in detail and "cls" in detail.split("gradient of the parameter")[1][:24]:
-            if any(r.status == "differs" for r in view.rows):
-                return ("the class token your model uses is not its parameter self.cls_token: the outputs differ and "
-                        "no gradient reaches self.cls_token (a new tensor made in forward, e.g. torch.randn(1, 1, "
-                        "dim) or torch.zeros, instead of the module's parameter)")
-    return None
-
-
-FRESH_CLASS_TOKEN = symptom(
-    "class_token_not_parameter", "a class token made in forward instead of the parameter",
-    "Make the class token once, in __init__, as nn.Parameter (self.cls_token), and use that parameter in forward, "
-    "repeated for every image.",
-    "Your class token differs from run to run and training never changes it: where is it created, and is it one "
-    "of the module's parameters?", _fresh_class_token)
 
 VIT_SYMPTOMS = (
     *PROPERTIES[1:], FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES[0],
