@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 import autograder
+from autograder.judging.catalogue import entry
 from answers.bank import HERE, MIN_WRONG, Says, answer_name, chapter_file, load, named, solutions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -118,6 +119,11 @@ def test_wrong_answer_is_rejected_and_named(qid, answer, expected):
     assert result.score == 0
     assert named(result, expected), f"expected {expected}, got mistake={result.mistake!r}: {result.feedback}"
     assert "On input" in result.feedback or "Not accepted" in result.feedback, result.feedback
+    if result.mistake not in (None, "shortcut", "tamper"):
+        # the first step of the feedback (a student's first check): the failure and a question, not the fix
+        mistake = next(m for m in entry(qid).catalogue if m.key == result.mistake)
+        assert "On input" in result.first_step and mistake.question() in result.first_step, result.first_step
+        assert mistake.hint not in result.first_step, result.first_step
 
 
 def test_named_reads_keys_words_and_both():

@@ -14,6 +14,7 @@ from autograder.judging.catalogue import entry
 from autograder.judging.judge import judge
 from autograder.student.probe import probe
 from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
+from answers.bank import solutions
 
 QUESTIONS = autograder.questions()
 PARTS = SimpleNamespace(**S.PARTS)
@@ -356,3 +357,38 @@ def test_check_is_fast_for_a_warm_kernel():
         for _ in range(3):
             autograder.check(qid, S.ANSWERS[qid])
         assert (time.process_time() - start) / 3 < 0.3, qid
+
+
+# --------------------------------------------------------------------------- a tuple where a tensor is due
+
+# The questions whose contract returns a pair (attention: (out, weights); kv_cache: (out, cache)), and
+# q2, which reads module.projection (an nn.Sequential), not the student's forward.
+RETURNS_A_PAIR = {"attention", "attention_head", "kv_cache", "q2"}
+TENSOR_CONTRACTS = [q.id for q in QUESTIONS if q.kind != "value" and not q.seconds and q.id not in RETURNS_A_PAIR]
+
+
+def _always_a_pair(answer):
+    """``answer`` returning ``(its result, None)`` wherever it returned one tensor."""
+    if isinstance(answer, type):
+        class Paired(answer):
+            def forward(self, *args, **kwargs):
+                out = super().forward(*args, **kwargs)
+                return out if isinstance(out, tuple) else (out, None)
+        Paired.__name__ = answer.__name__
+        return Paired
+
+    def paired(*args, **kwargs):
+        out = answer(*args, **kwargs)
+        return out if isinstance(out, tuple) else (out, None)
+    paired.__name__ = answer.__name__
+    return paired
+
+
+@pytest.mark.parametrize("qid", TENSOR_CONTRACTS)
+def test_a_tuple_is_refused_where_the_contract_returns_a_tensor(qid):
+    """The grader used to take the first item of any tuple: a MultiHeadAttentionLoop that always
+    returned (out, weights) passed. Every question whose contract returns a tensor refuses the
+    solution made to return (out, None)."""
+    result = autograder.check(qid, _always_a_pair(solutions()[qid]))
+    assert not result.passed and result.score == 0, result.feedback
+    assert "tuple" in result.feedback, result.feedback
