@@ -16,7 +16,7 @@ import torch
 from ...questions.base import Case
 from ...questions.common import case_mask
 from ..diagnosis import View
-from ..messages import compare, outputs_equal
+from ..messages import compare, outputs_equal, precision_problem
 from ..model import Mistake
 from ..variants import JudgeCase, needs_grad
 
@@ -65,13 +65,29 @@ PARAMETER_NOT_TRAINED = symptom(
     "output one autograd can follow?",
     lambda view: _property(view, ("gradient of the parameter",)))
 
+def _float32(view: View) -> str | None:
+    """A float64 case right to float32's precision only: a property of the case, or, where several
+    parameter layouts were tried, of the layout whose outputs the answer is closest to."""
+    found = _property(view, ("is float32 although",))
+    if found:
+        return found
+    first = next((row for row in view.failing), None)
+    for row in view.failing:
+        got = _outputs(row)
+        for reference in row.references if row.status == "differs" else ():
+            message = next((m for name, value in reference.items() if name in got
+                            for m in [precision_problem(name, got[name], value, row.case)] if m), None)
+            if message:
+                return message if row is first else f"{message} (on input {row.case.label})"
+    return None
+
+
 FLOAT32_PRECISION = symptom(
     "float32_precision", "float64 inputs computed in float32",
     "Create every intermediate tensor in the input's dtype (dtype=x.dtype, .to(x.dtype)), never with a fixed "
     "float32 (.float(), torch.zeros(...) without dtype).",
     "Your result is right to float32's precision only, on float64 inputs: where does a tensor of your code get "
-    "float32, whatever the inputs are?",
-    lambda view: _property(view, ("is float32 although",)))
+    "float32, whatever the inputs are?", _float32)
 
 BIAS_MISSING = symptom(
     "bias_missing", "a layer built without its bias",
@@ -160,6 +176,43 @@ def _tuple_returned(view: View) -> str | None:
         if "should return the output tensor alone" in message:
             return message
     return None
+
+
+def said(key: str, title: str, hint: str, ask: str, *words: str) -> Mistake:
+    """A mistake the recipe (or the probe) names itself: a case raised its sentence, which contains
+    one of ``words``; the sentence is the detail."""
+    def detect(view: View) -> str | None:
+        for row in view.failing:
+            message = str((row.detail or {}).get("message", "")) if row.status == "error" else ""
+            if any(w in message for w in words):
+                return message
+        return None
+    return symptom(key, title, hint, ask, detect)
+
+
+# the sentences of the recipes and the probe (autograder/questions, autograder/student/probe.py)
+RECIPE_SAYS = (
+    said("returns_none", "nothing returned", "End the function (or forward) with return and the result.",
+         "What does your function give back to its caller?", "did you forget a return statement"),
+    said("pair_expected", "one value returned where the exercise expects a pair",
+         "Return the tuple the exercise describes, e.g. (out, weights) with return_attention=True.",
+         "What should your forward return when it is asked for more than the output?", "should return a tuple ("),
+    said("not_differentiable", "an output autograd cannot follow back",
+         "Compute the output with torch operations on the inputs: no numpy, .detach(), .data or torch.no_grad().",
+         "No gradient flows back from your output: which step of your computation leaves torch's autograd?",
+         "does not depend differentiably"),
+    said("loss_not_a_tensor", "a loss that is not a tensor",
+         "Compute the loss with torch operations on the logits and return the 0-dim tensor (no numpy, .item(), "
+         "float()).", "Can loss.backward() be called on what your function returns?", "not a torch tensor"),
+    said("parameters_made_in_forward", "layers or parameters created in forward",
+         "Create every layer and nn.Parameter in __init__; forward only uses them.",
+         "Which of your layers is created again at every call, and would it ever be trained?",
+         "creates new parameters", "was replaced after the module was built"),
+    said("input_changed_in_place", "the input changed in place",
+         "Return a new tensor (x + ...) instead of writing into x (x += ..., x.add_).",
+         "Does your code change the tensor it was given, which its caller and autograd still need?",
+         "changed its input x in place"),
+)
 
 
 RETURNS_TUPLE = symptom(

@@ -9,7 +9,7 @@ from ..model import Mistake
 from ._entry import add
 from ._common import vitref
 from ._changes import patch_order
-from ._symptoms import FLOAT64_RAISES, INTEGER_TIMES_FLOAT, PROPERTIES
+from ._symptoms import FLOAT64_RAISES, INTEGER_TIMES_FLOAT, PROPERTIES, RECIPE_SAYS
 
 
 def _pattern(pattern):
@@ -89,7 +89,7 @@ PATCH_MISTAKES = [
 ]
 
 add('patches', references=lambda: [vitref().image_to_patches],
-    catalogue=[*PATCH_MISTAKES, patch_order(), INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES])
+    catalogue=[*PATCH_MISTAKES, patch_order(), INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES, *RECIPE_SAYS])
 
 
 def _embed_variant(fn):
@@ -124,4 +124,4 @@ EMBED_MISTAKES = [
 ]
 
 add('embedding_lookup', references=lambda: [vitref().one_hot_embedding],
-    catalogue=[*EMBED_MISTAKES, INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES])
+    catalogue=[*EMBED_MISTAKES, INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES, *RECIPE_SAYS])

@@ -8,7 +8,7 @@ from ..model import Mistake
 from ._entry import add
 from ._common import vitref
 from ._changes import table_mistakes
-from ._symptoms import PROPERTIES, TABLE
+from ._symptoms import PROPERTIES, RECIPE_SAYS, TABLE
 
 
 def _reference():
@@ -158,4 +158,4 @@ Q1_MISTAKES = [
 _NAMED_TABLES = ("(n = 10000)", "(n = 100)", "(2i/(2d) in the exponent)", "(2i/(d/2) in the exponent)",
                  "(2i/seq_len in the exponent)", "(rows start at position 1)", "(sines only)")
 
-add('q1', references=_reference, catalogue=[*Q1_MISTAKES, *table_mistakes("table", _NAMED_TABLES), *TABLE, *PROPERTIES])
+add('q1', references=_reference, catalogue=[*Q1_MISTAKES, *table_mistakes("table", _NAMED_TABLES), *TABLE, *PROPERTIES, *RECIPE_SAYS])

@@ -13,13 +13,13 @@ from ._common import mistaken_mask_softmax, vitref
 from ._changes import values_from_keys
 from ._symptoms import (
     FLOAT64_RAISES, HEADS, INTEGER_TIMES_FLOAT, MASKS, OUTPUT_RIGHT_GRADIENT_WRONG, PROPERTIES,
-    SLICES_DO_NOT_SUM_TO_ONE, WEIGHTS,
+    RECIPE_SAYS, SLICES_DO_NOT_SUM_TO_ONE, WEIGHTS,
 )
 
 # the symptoms of an attention (masks, weights), in the order they are tried
 # (the generic "right without a mask, wrong with one" after the ones that say what the mask does wrong)
 ATTENTION_SYMPTOMS = (INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *MASKS[:-1], OUTPUT_RIGHT_GRADIENT_WRONG, *HEADS, *WEIGHTS,
-                      MASKS[-1], *PROPERTIES)
+                      MASKS[-1], *PROPERTIES, *RECIPE_SAYS)
 
 
 def _softmax_variant(fn):
@@ -103,7 +103,8 @@ SOFTMAX_MISTAKES = [
 ]
 
 add('softmax', references=lambda: [vitref().softmax],
-    catalogue=[*SOFTMAX_MISTAKES, SLICES_DO_NOT_SUM_TO_ONE, INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES])
+    catalogue=[*SOFTMAX_MISTAKES, SLICES_DO_NOT_SUM_TO_ONE, INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES,
+               *RECIPE_SAYS])
 
 
 def _attention_references():

@@ -11,9 +11,9 @@ from ._entry import add
 from ._common import parts, vitref
 from ._changes import norm_over_tokens, norms_swapped, relu_for_gelu, residual_dropped, residual_multiplies
 from ._changes import residual_subtracts
-from ._symptoms import BLOCK_DROPOUT, GRADIENT_DIFFERS, PROPERTIES, RETURNS_TUPLE
+from ._symptoms import BLOCK_DROPOUT, GRADIENT_DIFFERS, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE
 
-BLOCK_SYMPTOMS = (*PROPERTIES, GRADIENT_DIFFERS, RETURNS_TUPLE)
+BLOCK_SYMPTOMS = (*PROPERTIES, GRADIENT_DIFFERS, RETURNS_TUPLE, *RECIPE_SAYS)
 
 
 def _add_in_place(self, x, kw):

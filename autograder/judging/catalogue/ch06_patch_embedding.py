@@ -14,7 +14,7 @@ from ..model import Mistake
 from ._entry import add
 from ._common import parts, vitref
 from ._changes import patch_order, table_mistakes
-from ._symptoms import FRESH_CLASS_TOKEN, GRADIENT_DIFFERS, PROPERTIES, tokens
+from ._symptoms import FRESH_CLASS_TOKEN, GRADIENT_DIFFERS, PROPERTIES, RECIPE_SAYS, tokens
 from .ch01_tokens import PATCH_MISTAKES
 
 PATCH = "b c (h s1) (w s2) -> b (h w) (s1 s2 c)"
@@ -157,7 +157,7 @@ def _projection_mistakes(positions_forms):
 
 
 add('q2', references=_projection_reference,
-    catalogue=[*Q2_MISTAKES, patch_order(), *PROPERTIES, GRADIENT_DIFFERS, *tokens("patch_embeddings", False)])
+    catalogue=[*Q2_MISTAKES, patch_order(), *PROPERTIES, GRADIENT_DIFFERS, *tokens("patch_embeddings", False), *RECIPE_SAYS])
 
 def _pe_part():
     def getPositionEncoding(seq_len, d, n=10000):
@@ -249,7 +249,7 @@ Q3_MISTAKES += [
 ]
 
 add('q3', references=_tokens_references(None, "sinusoidal", "learned"),
-    catalogue=[*Q3_MISTAKES, patch_order(), FRESH_CLASS_TOKEN, *PROPERTIES, GRADIENT_DIFFERS, *tokens("tokens", True)],
+    catalogue=[*Q3_MISTAKES, patch_order(), FRESH_CLASS_TOKEN, *PROPERTIES, GRADIENT_DIFFERS, *tokens("tokens", True), *RECIPE_SAYS],
     reference_parts=parts(getPositionEncoding=_pe_part))
 
 
@@ -352,7 +352,7 @@ add('q4', references=_tokens_references("sinusoidal"),
     # exponent 2i/(2d) is the table of n = 100, named so)
     catalogue=[*Q4_MISTAKES, patch_order(),
                *table_mistakes("positions", ("(n = 10000)", "(rows start at position 1)", "(2i/(2d) in the exponent)")),
-               FRESH_CLASS_TOKEN, *PROPERTIES, GRADIENT_DIFFERS, *tokens("tokens", True)],
+               FRESH_CLASS_TOKEN, *PROPERTIES, GRADIENT_DIFFERS, *tokens("tokens", True), *RECIPE_SAYS],
     reference_parts=parts(getPositionEncoding=_pe_part))
 
 
@@ -417,4 +417,4 @@ CONV_MISTAKES = [
 ]
 
 add('conv_patch_embedding', references=lambda: [vitref().ConvPatchEmbedding],
-    catalogue=[*CONV_MISTAKES, *PROPERTIES, GRADIENT_DIFFERS, *tokens("patch_embeddings", False)])
+    catalogue=[*CONV_MISTAKES, *PROPERTIES, GRADIENT_DIFFERS, *tokens("patch_embeddings", False), *RECIPE_SAYS])

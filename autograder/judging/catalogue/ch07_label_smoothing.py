@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from ..model import Mistake
 from ._entry import add
-from ._symptoms import FLOAT_MIX, GRADIENT_DIFFERS, PROPERTIES
+from ._symptoms import FLOAT_MIX, GRADIENT_DIFFERS, PROPERTIES, RECIPE_SAYS
 
 
 def _reference(logits, targets, smoothing=0.1):
@@ -108,4 +108,5 @@ LS_MISTAKES = [
             "log(sum(exp(z - max(z)))).", _ls("right", stable=False)),
 ]
 
-add("label_smoothing", references=lambda: [_reference], catalogue=[*LS_MISTAKES, *PROPERTIES, FLOAT_MIX, GRADIENT_DIFFERS])
+add("label_smoothing", references=lambda: [_reference], catalogue=[*LS_MISTAKES, *PROPERTIES, FLOAT_MIX, GRADIENT_DIFFERS,
+                                                                    *RECIPE_SAYS])

@@ -14,7 +14,7 @@ from ._entry import add
 from ._common import parts, vitref
 from ..diagnosis import View
 from ._changes import blocks_reversed
-from ._symptoms import FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES, by_tag, first_wrong_output, symptom
+from ._symptoms import FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES, RECIPE_SAYS, by_tag, first_wrong_output, symptom
 
 
 def _vit_reference():
@@ -226,6 +226,7 @@ VIT_SYMPTOMS = (
     symptom("return_attention_changes_logits", "other logits with return_attention=True",
             "Both calls compute the same logits; return_attention only adds the maps.",
             "Why would asking for the attention maps change the logits?", _vit_outputs("logits_only")),
+    *RECIPE_SAYS,
 )
 
 
@@ -401,6 +402,7 @@ CE_SYMPTOMS = (
             "The loss is the mean over the B examples of -log p(target).",
             "Your loss is the expected one times the same number on every input: what do you divide by, and with "
             "which sign?", _ce_ratio),
+    *RECIPE_SAYS,
 )
 
 add('cross_entropy', references=_ce_reference, catalogue=[*CE_MISTAKES, *CE_SYMPTOMS])

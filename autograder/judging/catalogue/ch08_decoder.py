@@ -16,7 +16,7 @@ from ...questions.common import first_if_tuple
 from ._common import mistaken_mask_softmax, parts, vitref
 from ..diagnosis import View
 from ._changes import relu_for_gelu, values_from_keys
-from ._symptoms import FLOAT_MIX, PROPERTIES, RETURNS_TUPLE, by_tag, symptom
+from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE, by_tag, symptom
 from ...questions.ch08_decoder import (
     cross_mask,
 )
@@ -115,7 +115,7 @@ MASK_SYMPTOMS = (
 )
 
 
-add('causal_mask', references=_mask_reference, catalogue=[*MASK_MISTAKES, *MASK_SYMPTOMS])
+add('causal_mask', references=_mask_reference, catalogue=[*MASK_MISTAKES, *MASK_SYMPTOMS, *RECIPE_SAYS])
 
 # --------------------------------------------------------------------------- cross-attention
 
@@ -386,6 +386,7 @@ CROSS_SYMPTOMS = (
             "The queries come from x: the output is (B, T, E).",
             "How many rows should the output have: one per decoder token, or one per context position?",
             _cross_outputs("rows")),
+    *RECIPE_SAYS,
 )
 
 add('cross_attention', references=lambda: [vitref().CrossAttention, _FiniteFillCross, _AdditiveCross],
@@ -640,6 +641,7 @@ DEC_SYMPTOMS = (
             "Pass causal=True to self.self_attn when self_mask == 'causal' (token t attends tokens s <= t).",
             "Your block is right without a mask: what does self_mask='causal' change in the self-attention?",
             _causal_cases_only),
+    *RECIPE_SAYS,
 )
 
 
