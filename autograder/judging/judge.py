@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 
 from ..questions import inputs as recipes
 from ..questions.base import Question
@@ -28,7 +27,7 @@ from .catalogue import entry
 from .compare import compare_case, compare_outputs, outputs_matching, property_problem
 from .diagnosis import Named, name_mistake
 from .model import Result
-from .params import AlignmentError, TamperError, student_params
+from .params import TamperError, student_params
 from .scan import describe as describe_shortcut
 from .scan import flags_or_hold, scan_failure
 from .scan import holds, scan_source

@@ -57,18 +57,19 @@ def _values_from_keys(module: nn.Module) -> bool:
     repeats its keys where its values are."""
     found = False
     for sub in list(module.modules()):
-        if isinstance(getattr(sub, "value", None), nn.Linear) and isinstance(getattr(sub, "key", None), nn.Linear):
-            act_as(sub.value, sub.key)
-            found = True
-        elif isinstance(getattr(sub, "qkv", None), nn.Linear):
-            sub.qkv.register_forward_hook(lambda mod, args, out: torch.cat([out[..., :2 * out.shape[-1] // 3],
-                                                                            out[..., out.shape[-1] // 3:
-                                                                                2 * out.shape[-1] // 3]], dim=-1))
-            found = True
-        elif isinstance(getattr(sub, "key_value", None), nn.Linear):
-            sub.key_value.register_forward_hook(
-                lambda mod, args, out: torch.cat([out[..., :out.shape[-1] // 2]] * 2, dim=-1))
-            found = True
+        value, key = getattr(sub, "value", None), getattr(sub, "key", None)
+        qkv, key_value = getattr(sub, "qkv", None), getattr(sub, "key_value", None)
+        if isinstance(value, nn.Linear) and isinstance(key, nn.Linear):
+            act_as(value, key)
+        elif isinstance(qkv, nn.Linear):           # (..., 3E): queries, keys, values
+            qkv.register_forward_hook(lambda mod, args, out: torch.cat(
+                [out[..., :2 * out.shape[-1] // 3], out[..., out.shape[-1] // 3:2 * out.shape[-1] // 3]], dim=-1))
+        elif isinstance(key_value, nn.Linear):     # (..., 2E): keys, values
+            key_value.register_forward_hook(lambda mod, args, out: torch.cat([out[..., :out.shape[-1] // 2]] * 2,
+                                                                             dim=-1))
+        else:
+            continue
+        found = True
     return found
 
 

@@ -525,9 +525,9 @@ def _weights_problem(view: View) -> tuple[str, str] | None:
                                  f"{got.shape}")
             continue
         mask = np.broadcast_to(case_mask(row.case.params) != 0, got.shape) if _has_mask(row.case) else None
-        live = np.ones(got.shape[:-1], dtype=bool) if mask is None else mask.any(axis=-1)
-        sums = got.sum(axis=-1)
-        bad = live & ~np.isclose(sums, 1.0, atol=1e-4)
+        live = np.ones(got.shape[:-1], dtype=bool) if mask is None else np.asarray(mask.any(axis=-1))
+        sums = np.asarray(got.sum(axis=-1))
+        bad = np.asarray(live & ~np.isclose(sums, 1.0, atol=1e-4))
         if bad.any():
             where = tuple(int(i) for i in np.argwhere(bad)[0])
             return "sum", (f"each row of the attention weights must sum to 1 over the keys (the last axis); the row "
@@ -746,7 +746,7 @@ def _tokens_problem(view: View, name: str, class_token: bool) -> tuple[str, str]
     if got.shape != want.shape or got.ndim != 3:
         return None
     scale = max(1.0, float(np.abs(want).max()))
-    per_token = (~np.isclose(got, want, rtol=1e-4, atol=1e-4 * scale)).any(axis=(0, 2))     # (T,)
+    per_token = np.asarray((~np.isclose(got, want, rtol=1e-4, atol=1e-4 * scale)).any(axis=(0, 2)))  # (T,)
     if class_token and per_token[0] and not per_token[1:].any():
         return "class", "The class token (token 0) is wrong; the patch tokens (1 to N) are right"
     if class_token and not per_token[0] and per_token[1:].any():
