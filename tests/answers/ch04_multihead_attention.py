@@ -102,11 +102,9 @@ class LoopStack(nn.Module):
         return (out, torch.stack([w for _, w in results], dim=1)) if return_attention else out
 
 
-@wrong("mha_loop", ("return_attention_always_tuple", says("return_attention=False")))
+@wrong("mha_loop", "return_attention_always_tuple")
 class LoopRawHeads(nn.Module):
-    """Heads from the raw-parameter head class, projection named W_O; returns (out, None) without
-    return_attention (once a variant, when the grader took the first item of any tuple: a caller
-    that expects the output tensor gets a tuple)."""
+    """Raw-parameter heads, W_O; always a tuple."""
 
     def __init__(self, emb_size, num_heads):
         super().__init__()
@@ -410,7 +408,7 @@ class LoopStackFixed(LoopStack):
 
 @right("mha_loop")
 class LoopRawHeadsFixed(LoopRawHeads):
-    """variants.LoopRawHeads (raw-parameter heads, W_O) passing the mask and returning the weights."""
+    """LoopRawHeads returning the weights only when asked."""
 
     def forward(self, x, mask=None, return_attention=False):
         pairs = [head(x, mask) for head in self.heads]
@@ -802,8 +800,9 @@ class LoopMean2(nn.Module):
 
 
 # ####################################################################################################
-# classes of the instructor's hidden collection: keys used as values, per-head output projections in
-# the loop, and a forward that always returns (out, weights) (the grader used to take the first item)
+# keys used as values, per-head output projections, a tuple always returned
+LOOP, PER_HEAD = "mha_loop", "per_head_projection"
+ALWAYS = ("return_attention_always_tuple", says("return_attention=False"))
 @wrong("q5", "values_from_keys")
 class MHAValuesAreKeys(nn.Module):
     def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
@@ -814,14 +813,14 @@ class MHAValuesAreKeys(nn.Module):
         self.projection = nn.Linear(emb_size, emb_size)
 
     def forward(self, x, mask=None):
-        qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
+        b, n, e = x.shape
+        qkv = self.qkv(x).view(b, n, 3, self.num_heads, e // self.num_heads).permute(2, 0, 3, 1, 4)
         queries, keys, values = qkv[0], qkv[1], qkv[1]
-        energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
+        energy = queries @ keys.transpose(-2, -1)
         if mask is not None:
             energy = energy.masked_fill(mask == 0, -1e9)
-        att = self.att_drop(F.softmax(energy / (self.emb_size // self.num_heads) ** 0.5, dim=-1))
-        out = torch.einsum("bhal, bhlv -> bhav", att, values)
-        return self.projection(rearrange(out, "b h n d -> b n (h d)"))
+        att = self.att_drop(F.softmax(energy / (e // self.num_heads) ** 0.5, dim=-1))
+        return self.projection((att @ values).transpose(1, 2).reshape(b, n, e))
 
 
 class _HeadKeysAsValues(nn.Module):
@@ -834,7 +833,7 @@ class _HeadKeysAsValues(nn.Module):
         return S.scaled_dot_product_attention(self.query(x), k, k, mask)
 
 
-@wrong("mha_loop", "values_from_keys")
+@wrong(LOOP, "values_from_keys")
 class LoopOfHeadsWithKeysAsValues(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
@@ -847,10 +846,8 @@ class LoopOfHeadsWithKeysAsValues(nn.Module):
         return (out, torch.stack([r[1] for r in results], dim=1)) if return_attention else out
 
 
-@wrong("mha_loop", ("per_head_projection", says("projection")))
+@wrong(LOOP, PER_HEAD)
 class LoopProjectionPerHeadSummed(nn.Module):
-    """Each head's output projected to emb_size by its own layer, the projections summed."""
-
     def __init__(self, emb_size, num_heads):
         super().__init__()
         head_dim = emb_size // num_heads
@@ -866,10 +863,8 @@ class LoopProjectionPerHeadSummed(nn.Module):
         return (out, torch.stack(maps, dim=1)) if return_attention else out
 
 
-@wrong("mha_loop", ("per_head_projection", says("projection")))
+@wrong(LOOP, PER_HEAD)
 class LoopSharedSmallProjection(nn.Module):
-    """One (head_dim -> head_dim) projection applied to every head inside the loop."""
-
     def __init__(self, emb_size, num_heads):
         super().__init__()
         head_dim = emb_size // num_heads
@@ -886,10 +881,8 @@ class LoopSharedSmallProjection(nn.Module):
         return (out, torch.stack(maps, dim=1)) if return_attention else out
 
 
-@wrong("mha_loop", ("per_head_projection", says("projection")))
+@wrong(LOOP, PER_HEAD)
 class LoopProjectionInsideEachHead(nn.Module):
-    """A (head_dim -> head_dim) projection per head, then the heads concatenated."""
-
     def __init__(self, emb_size, num_heads):
         super().__init__()
         head_dim = emb_size // num_heads
@@ -902,14 +895,14 @@ class LoopProjectionInsideEachHead(nn.Module):
         return (out, torch.stack([w for _, w in pairs], dim=1)) if return_attention else out
 
 
-@wrong("mha_loop", ("return_attention_always_tuple", says("return_attention=False")))
+@wrong(LOOP, ALWAYS)
 class LoopAlwaysReturnsWeights(_Loop):
     def forward(self, x, mask=None, return_attention=False):
         outs, maps = zip(*[head(x, mask) for head in self.heads])
         return self.projection(torch.cat(outs, dim=-1)), torch.stack(maps, dim=1)
 
 
-@wrong("mha_loop", ("return_attention_always_tuple", says("return_attention=False should return the output tensor")))
+@wrong(LOOP, ALWAYS)
 class LoopReturnsNoneWeights(_Loop):
     def forward(self, x, mask=None, return_attention=False):
         outs, maps = zip(*[head(x, mask) for head in self.heads])
@@ -917,7 +910,7 @@ class LoopReturnsNoneWeights(_Loop):
         return self.projection(torch.cat(outs, dim=-1)), weights
 
 
-@wrong("mha_loop", ("returns_a_tuple", says("return_attention=False should return the output tensor alone")))
+@wrong(LOOP, "returns_a_tuple")
 class LoopReturnsListOfMaps(_Loop):
     def forward(self, x, mask=None, return_attention=False):
         outs, maps = [], []
@@ -928,20 +921,7 @@ class LoopReturnsListOfMaps(_Loop):
         return self.projection(torch.cat(outs, dim=-1)), maps
 
 
-@wrong("q5", ("returns_a_tuple", says("should return the output tensor alone")))
-class MHAAlwaysWithWeights(nn.Module):
-    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
-        super().__init__()
-        self.emb_size, self.num_heads = emb_size, num_heads
-        self.qkv = nn.Linear(emb_size, emb_size * 3)
-        self.att_drop = nn.Dropout(dropout)
-        self.projection = nn.Linear(emb_size, emb_size)
-
-    def forward(self, x, mask=None):
-        queries, keys, values = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
-        energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)
-        if mask is not None:
-            energy = energy.masked_fill(mask == 0, -1e9)
-        att = self.att_drop(F.softmax(energy / (self.emb_size // self.num_heads) ** 0.5, dim=-1))
-        out = rearrange(torch.einsum("bhal, bhlv -> bhav", att, values), "b h n d -> b n (h d)")
-        return self.projection(out), att
+@wrong("q5", ("returns_a_tuple", says("tensor alone")))
+class MHAAlwaysWithWeights(S.MultiHeadAttention):
+    def forward(self, x, mask=None, return_attention=True):          # the weights by default
+        return super().forward(x, mask, return_attention=return_attention)
