@@ -126,7 +126,8 @@ def _swap(first: str, second: str):
 def norms_swapped(pairs=(("norm1", "norm2"),)) -> Mistake:
     return changed(
         "norms_swapped", "the two LayerNorms swapped",
-        "Each sub-layer has its own LayerNorm: norm1 goes with the attention, norm2 with the feed-forward block.",
+        "Each sub-layer has its own LayerNorm, in the order the block declares them: norm1 with the first "
+        "sub-layer (the attention), norm2 with the second, norm3 with the third.",
         "Both sub-layers are normalised, but each with the other one's LayerNorm: which norm belongs to which "
         "sub-layer?",
         *(Alteration(f"({a} and {b})", surgery=_swap(a, b)) for a, b in pairs))

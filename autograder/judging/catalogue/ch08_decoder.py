@@ -15,7 +15,7 @@ from ._entry import add
 from ...questions.common import first_if_tuple
 from ._common import mistaken_mask_softmax, parts, vitref
 from ..diagnosis import View
-from ._changes import relu_for_gelu, values_from_keys
+from ._changes import norms_swapped, relu_for_gelu, values_from_keys
 from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE, by_tag, symptom
 from ...questions.ch08_decoder import (
     cross_mask,
@@ -491,10 +491,6 @@ def _decoder(mode="right", cross=None):
                     x = x + self_attention(self.norm1(x))
                     x = x + self.mlp(self.norm2(x))
                     return x + cross_attention(self.norm3(x))
-                if mode == "norms_swapped":
-                    x = x + self_attention(self.norm2(x))
-                    x = x + cross_attention(self.norm1(x))
-                    return x + self.mlp(self.norm3(x))
                 if mode == "norm_in_residual":
                     x = self.norm1(x)
                     x = x + self_attention(x)
@@ -555,8 +551,6 @@ DEC_MISTAKES = [
          "context_normalised"),
     _dec("same_norm", "norm1 used before all three sub-layers",
          "Each sub-layer has its own LayerNorm: norm1, norm2 and norm3.", "same_norm"),
-    _dec("norms_swapped", "norm1 and norm2 swapped",
-         "norm1 before the self-attention, norm2 before the cross-attention, norm3 before the MLP.", "norms_swapped"),
     _dec("norm_in_residual", "the normalised x kept as the residual stream",
          "Pre-LN normalises only the sub-layer's input: x = x + sublayer(norm(x)); x = norm(x) followed by "
          "x = x + sublayer(x) normalises the skip path too.", "norm_in_residual"),
@@ -645,5 +639,8 @@ DEC_SYMPTOMS = (
 )
 
 
-add('decoder_block', references=_decoder_reference, catalogue=[*DEC_MISTAKES, relu_for_gelu(), *DEC_SYMPTOMS],
+_NORM_PAIRS = (("norm1", "norm2"), ("norm2", "norm3"), ("norm1", "norm3"))
+
+add('decoder_block', references=_decoder_reference,
+    catalogue=[*DEC_MISTAKES, norms_swapped(_NORM_PAIRS), relu_for_gelu(), *DEC_SYMPTOMS],
     reference_parts=parts(MultiHeadAttention=lambda: _GivenMHA, CrossAttention=lambda: _FiniteFillCross))
