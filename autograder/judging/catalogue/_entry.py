@@ -1,15 +1,17 @@
 """One question's entry in the catalogue: its references, its known mistakes and its own rules
 (grader side), and the table the chapters of the catalogue fill with :func:`add`.
 
-The lowest module of :mod:`autograder.judging.catalogue`: the chapters and their shared
-mistakes import it; it imports nothing of the catalogue or of the judge.
+The lowest module of :mod:`autograder.judging.catalogue` (with ``_asks``, its data): the chapters
+and their shared mistakes import it; it imports nothing else of the catalogue or of the judge.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..model import Mistake
+from ._asks import ASKS
 
 
 @dataclass
@@ -44,7 +46,8 @@ def add(qid: str, references, catalogue=(), reference_parts=None, verdict=None, 
     twice = sorted({k for k in keys if keys.count(k) > 1})
     if twice:
         raise ValueError(f"catalogue of {qid!r}: the keys {twice} name two mistakes")
-    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts, verdict, match, summary, draw_answer)
+    asked = tuple(m if m.ask or m.key not in ASKS else dataclasses.replace(m, ask=ASKS[m.key]) for m in catalogue)
+    _ENTRIES[qid] = Entry(references, asked, reference_parts, verdict, match, summary, draw_answer)
 
 
 def registered(qid: str) -> Entry:
