@@ -155,3 +155,16 @@ def test_a_solution_lives_in_one_place(monkeypatch):
     monkeypatch.setitem(B.BANKS, old, B.Bank(old, solution=toy_answer))
     with pytest.raises(AssertionError, match="keep one"):
         solutions()
+
+
+def test_the_named_mistakes_bench_counts_each_wrong_answer_once():
+    """``python -m bench.named_mistakes``: one row per banked question with its wrong answers
+    rejected and named (here q6's, all named), and the totals line."""
+    from bench.named_mistakes import count, report
+
+    rows = count(["q6"])
+    assert [r["qid"] for r in rows] == ["q6"]
+    row = rows[0]
+    assert row["wrong"] == len(BANKS["q6"].wrong) and row["accepted"] == 0 and row["rejected"] == row["wrong"]
+    assert row["named"] == row["as_expected"] == row["wrong"] and row["right"] == row["right_total"] > 1
+    assert f"named_mistakes: wrong={row['wrong']} accepted=0" in report(rows)

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..questions.base import Question
 from .compare import CaseRow, case_rows, compare_outputs, param_grads_equal
-from .messages import outputs_equal
+from .messages import outputs_equal, values_close
 from .model import Mistake
 from .params import AlignmentError
 from .variants import MAX_CANDIDATES, NoMoreCandidates, NotApplicable, run_variant
@@ -215,8 +215,6 @@ def _runnable(question: Question, catalogue):
 def _match_value(question: Question, data: dict, catalogue) -> Named | None:
     """A value question's catalogued wrong value equal to the student's answer (under the
     question's tolerance), or None."""
-    from .catalogue.concepts import values_close  # a cycle: the catalogue's concepts module reads this package
-
     cases = data.get("cases") or []
     if len(cases) != 1 or cases[0].get("error"):
         return None

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import torch
 
+from ..messages import values_close
 from ..model import Mistake
 from ._entry import add, registered
 from ._common import vitref
@@ -29,21 +30,6 @@ def wrong(key, title, hint, *values):
     first, *rest = values
     return Mistake(key, title, hint, _value(first), also=tuple(_value(v) for v in rest),
                    ask=f"Your number is the one this slip gives: {title}. Which step of your reasoning could it be?")
-
-
-def values_close(got, expected, params) -> bool:
-    """Whether the answer ``got`` counts as ``expected`` under the case's comparison."""
-    got, expected = float(got), float(expected)
-    if math.isnan(got) and math.isnan(expected):
-        return True                                  # a catalogued "NaN" answer
-    if not (math.isfinite(got) and math.isfinite(expected)):
-        return False
-    if "options" in params:
-        return got == expected
-    atol, rtol = float(params.get("atol", 0.0)), float(params.get("rtol", 0.0))
-    if atol == 0 and rtol == 0:
-        return got == expected
-    return abs(got - expected) <= atol + rtol * abs(expected)
 
 
 def value_verdict(question, case, student_case):
