@@ -114,7 +114,7 @@ def _loop(head=None, finite=False, **kwargs):
     return build
 
 
-def _loop_mistake(key, title, hint, **kwargs):
+def _loop_mistake(key, title, hint, ask="", **kwargs):
     """A loop mistake over the parts' head, also over a head that fills -1e9 (fully masked
     rows uniform, as the notebook's given head computes them); a combination of the head
     outputs that changes their width also with the exercise's projection Linear(E, E), which
@@ -122,7 +122,7 @@ def _loop_mistake(key, title, hint, **kwargs):
     forms = [_loop(finite=True, **kwargs)]
     if kwargs.get("combine") in ("cat_tokens", "mean"):
         forms += [_loop(exercise_projection=True, **kwargs), _loop(finite=True, exercise_projection=True, **kwargs)]
-    return Mistake(key, title, hint, _loop(**kwargs), ("AttentionHead",), also=tuple(forms))
+    return Mistake(key, title, hint, _loop(**kwargs), ("AttentionHead",), also=tuple(forms), ask=ask)
 
 
 LOOP_MISTAKES = [
@@ -168,7 +168,9 @@ LOOP_MISTAKES = [
             honours_return_attention=False),
     _loop_mistake("return_attention_always_tuple", "(out, weights) returned even with return_attention=False",
             "Return the pair only when return_attention=True; otherwise return the output tensor alone: "
-            "return (out, weights) if return_attention else out.", always_pair=True),
+            "return (out, weights) if return_attention else out.", always_pair=True,
+            ask="A caller that writes out = attention(x) gets a tuple from yours: when does the exercise ask "
+                "forward for the weights as well?"),
 ]
 
 def _per_head_projection(view: View) -> str | None:
