@@ -7,6 +7,12 @@
     r.passed, r.score, r.max_score, r.feedback
     autograder.grade("q1", getPositionEncoding)       # AssertionError(feedback) unless passed
 
+Feedback in two steps: the first time a student's ``grade`` meets a mistake, it names the symptom
+and asks a question that points at the cause; the fix in code words comes when the same mistake
+is checked again (:func:`autograder.judging.model.staged`; ``check(..., seen=counter)`` does the
+same with a counter of the caller's). ``check`` without ``seen``, and every report of the
+grader, give the full text.
+
 Command line: ``python -m autograder check PATH [--question QID ...] [--json]``,
 ``python -m autograder grade ROOT`` (a class, sandboxed), ``python -m autograder questions``.
 
@@ -26,10 +32,12 @@ counts comes from ``python -m autograder grade``.
 """
 from __future__ import annotations
 
+import os as _os
+from collections import Counter as _Counter
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
-from .judging.model import Mistake, Result
+from .judging.model import Mistake, Result, staged
 from .questions import question as _find_question
 from .questions import registry as _registry
 from .questions.base import Question
@@ -57,9 +65,21 @@ def question(qid: str) -> Question:
     return _find_question(qid)
 
 
-def check(qid: str, answer) -> Result:
+# (question id, mistake key) -> how many times this process's grade() named it: the student's kernel
+# keeps it, so the second check of the same mistake shows the fix. It changes wording only.
+_SEEN: _Counter = _Counter()
+
+
+def check(qid: str, answer, seen: _Counter | None = None) -> Result:
     """Check ``answer`` in this process: scan its source, probe it (with the exercise's
-    forbidden functions disabled for the duration), judge against vitref."""
+    forbidden functions disabled for the duration), judge against vitref. With ``seen`` (a
+    counter of the caller's, by (question, mistake)), the feedback comes in two steps
+    (:func:`autograder.judging.model.staged`); without it, in full."""
+    result = _check(qid, answer)
+    return result if seen is None else staged(result, seen)
+
+
+def _check(qid: str, answer) -> Result:
     # loaded by the first check, not by ``import autograder``: the judge brings torch, vitref and
     # the catalogue, which the grading sandbox's bundle (where this package is a stub) never holds
     from .judging.judge import judge
@@ -86,8 +106,10 @@ def check(qid: str, answer) -> Result:
 
 
 def grade(qid: str, answer) -> Result:
-    """:func:`check`, then ``AssertionError(feedback)`` unless the answer passed (nbgrader tests)."""
-    result = check(qid, answer)
+    """:func:`check`, then ``AssertionError(feedback)`` unless the answer passed (nbgrader tests).
+    In the student's kernel the feedback comes in two steps (this process counts the mistakes it
+    named); in nbgrader's own runs (``NBGRADER_EXECUTION``: autograde, validate), in full."""
+    result = check(qid, answer, seen=None if _os.environ.get("NBGRADER_EXECUTION") else _SEEN)
     if not result.passed:
         raise AssertionError(result.feedback)
     return result

@@ -16,6 +16,7 @@ from collections import Counter
 import pytest
 
 import autograder
+from autograder.judging.catalogue import entry
 from answers.bank import HERE, MIN_WRONG, Says, answer_name, chapter_file, load, named, solutions
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -118,6 +119,11 @@ def test_wrong_answer_is_rejected_and_named(qid, answer, expected):
     assert result.score == 0
     assert named(result, expected), f"expected {expected}, got mistake={result.mistake!r}: {result.feedback}"
     assert "On input" in result.feedback or "Not accepted" in result.feedback, result.feedback
+    if result.mistake not in (None, "shortcut", "tamper"):
+        # the first step of the feedback (a student's first check): the failure and a question, not the fix
+        mistake = next(m for m in entry(qid).catalogue if m.key == result.mistake)
+        assert "On input" in result.first_step and mistake.question() in result.first_step, result.first_step
+        assert mistake.hint not in result.first_step, result.first_step
 
 
 def test_named_reads_keys_words_and_both():
@@ -149,3 +155,16 @@ def test_a_solution_lives_in_one_place(monkeypatch):
     monkeypatch.setitem(B.BANKS, old, B.Bank(old, solution=toy_answer))
     with pytest.raises(AssertionError, match="keep one"):
         solutions()
+
+
+def test_the_named_mistakes_bench_counts_each_wrong_answer_once():
+    """``python -m bench.named_mistakes``: one row per banked question with its wrong answers
+    rejected and named (here q6's, all named), and the totals line."""
+    from bench.named_mistakes import count, report
+
+    rows = count(["q6"])
+    assert [r["qid"] for r in rows] == ["q6"]
+    row = rows[0]
+    assert row["wrong"] == len(BANKS["q6"].wrong) and row["accepted"] == 0 and row["rejected"] == row["wrong"]
+    assert row["named"] == row["as_expected"] == row["wrong"] and row["right"] == row["right_total"] > 1
+    assert f"named_mistakes: wrong={row['wrong']} accepted=0" in report(rows)

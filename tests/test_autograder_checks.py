@@ -11,7 +11,10 @@ from torch import nn
 
 import autograder
 from autograder.judging.catalogue import entry
+from autograder.judging.judge import judge
+from autograder.student.probe import probe
 from answers import solutions as S          # tests/answers (tests/ is on sys.path under pytest)
+from answers.bank import solutions
 
 QUESTIONS = autograder.questions()
 PARTS = SimpleNamespace(**S.PARTS)
@@ -49,9 +52,11 @@ def test_question_list_follows_the_contract():
 
 # A training question takes a minute per check (its "overtime" mistake longer): its solution, its
 # verdict and its mistakes are tested in tests/test_training_question.py (and its notebook by nbval,
-# nbgrader and the sandboxed batch), not again here.
+# nbgrader and the sandboxed batch), not again here. A symptom (``detect``) has no answer of its own:
+# the banks' realistic answers name it (tests/test_answer_banks.py).
 TRAINING = {q.id for q in QUESTIONS if q.seconds}
-CATALOGUE = [(q.id, m) for q in QUESTIONS if q.id not in TRAINING for m in entry(q.id).catalogue]
+CATALOGUE = [(q.id, m) for q in QUESTIONS if q.id not in TRAINING for m in entry(q.id).catalogue if m.build is not None]
+CHANGES = [(q.id, m) for q in QUESTIONS if q.id not in TRAINING for m in entry(q.id).catalogue if m.change is not None]
 
 
 @pytest.mark.parametrize("qid, mistake", CATALOGUE, ids=[f"{qid}-{m.key}" for qid, m in CATALOGUE])
@@ -64,10 +69,29 @@ def test_catalogue_mistake_is_rejected_and_named(qid, mistake):
         assert mistake.title in result.feedback
 
 
+@pytest.mark.parametrize("qid, mistake", CHANGES, ids=[f"{qid}-{m.key}" for qid, m in CHANGES])
+def test_changed_reference_is_rejected_and_named(qid, mistake):
+    """Every form of a counterfactual entry (the question's references with one part changed)
+    applies to the question, is rejected and is named by its key and form: no form another entry
+    already names, none that finds nothing to change."""
+    question = autograder.question(qid)
+    answers = mistake.change.answers(entry(qid).references())
+    assert answers, f"{qid}/{mistake.key}: no form applies to the question's references"
+    for wrong, detail in answers:
+        # judged without the static scan, which refuses the grader's own code (vitref) as an answer
+        result = judge(question, probe(question, wrong))
+        assert "NotApplicable" not in result.feedback, f"{qid}/{mistake.key} {detail} finds nothing to change"
+        assert not result.passed and result.score == 0, (detail, result.feedback)
+        assert result.mistake == mistake.key, (detail, result.feedback)
+        assert f"{mistake.title} {detail}".strip() in result.feedback
+
+
 @pytest.mark.parametrize("qid", sorted({qid for qid, _ in CATALOGUE}))
-def test_grade_raises_the_checks_feedback_on_a_wrong_answer(qid):
+def test_grade_raises_the_checks_feedback_on_a_wrong_answer(qid, monkeypatch):
     """``grade`` is ``check`` plus an AssertionError (what nbgrader counts): once per question,
-    not again for every mistake the test above already checked."""
+    not again for every mistake the test above already checked. In nbgrader's own runs
+    (``NBGRADER_EXECUTION``) the feedback is the full one, the mistake named."""
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
     mistake = entry(qid).catalogue[0]
     wrong = mistake.answers(PARTS)[0]
     with pytest.raises(AssertionError, match="not yet") as raised:
@@ -88,7 +112,7 @@ def test_feedback_names_shapes_and_the_failing_input():
 
 def test_unknown_wrong_answer_gets_numbers_but_no_mistake_name():
     def off(x, dim=-1):
-        return S.softmax(x, dim) * 1.01
+        return S.softmax(x * 1.01, dim)         # a softmax (slices sum to 1) of slightly other numbers
 
     result = autograder.check("softmax", off)
     assert not result.passed and result.mistake is None
@@ -333,3 +357,38 @@ def test_check_is_fast_for_a_warm_kernel():
         for _ in range(3):
             autograder.check(qid, S.ANSWERS[qid])
         assert (time.process_time() - start) / 3 < 0.3, qid
+
+
+# --------------------------------------------------------------------------- a tuple where a tensor is due
+
+# The questions whose contract returns a pair (attention: (out, weights); kv_cache: (out, cache)), and
+# q2, which reads module.projection (an nn.Sequential), not the student's forward.
+RETURNS_A_PAIR = {"attention", "attention_head", "kv_cache", "q2"}
+TENSOR_CONTRACTS = [q.id for q in QUESTIONS if q.kind != "value" and not q.seconds and q.id not in RETURNS_A_PAIR]
+
+
+def _always_a_pair(answer):
+    """``answer`` returning ``(its result, None)`` wherever it returned one tensor."""
+    if isinstance(answer, type):
+        class Paired(answer):
+            def forward(self, *args, **kwargs):
+                out = super().forward(*args, **kwargs)
+                return out if isinstance(out, tuple) else (out, None)
+        Paired.__name__ = answer.__name__
+        return Paired
+
+    def paired(*args, **kwargs):
+        out = answer(*args, **kwargs)
+        return out if isinstance(out, tuple) else (out, None)
+    paired.__name__ = answer.__name__
+    return paired
+
+
+@pytest.mark.parametrize("qid", TENSOR_CONTRACTS)
+def test_a_tuple_is_refused_where_the_contract_returns_a_tensor(qid):
+    """The grader used to take the first item of any tuple: a MultiHeadAttentionLoop that always
+    returned (out, weights) passed. Every question whose contract returns a tensor refuses the
+    solution made to return (out, None)."""
+    result = autograder.check(qid, _always_a_pair(solutions()[qid]))
+    assert not result.passed and result.score == 0, result.feedback
+    assert "tuple" in result.feedback, result.feedback

@@ -63,8 +63,8 @@ def test_cross_attention_fully_masked_query_must_not_be_nan():
 
 
 def test_decoder_block_future_independence_is_diagnosed():
-    """A causal mask that is wrong in a way no catalogue entry knows is named by the property:
-    the outputs depend on future positions."""
+    """A causal mask that is wrong in a way no wrong answer of the catalogue reproduces is named by
+    the symptom: the outputs depend on future positions."""
     from answers.ch08_decoder import _DecoderBase
 
     class HalfCausal(_DecoderBase):
@@ -79,7 +79,7 @@ def test_decoder_block_future_independence_is_diagnosed():
             return x + self.mlp(self.norm3(x))
 
     result = autograder.check("decoder_block", HalfCausal)
-    assert not result.passed and result.mistake is None
+    assert not result.passed and result.mistake == "sees_the_future"
     assert "depends on future positions" in result.feedback
 
 
@@ -187,7 +187,7 @@ def test_cross_entropy_constant_factor_is_diagnosed():
         return -0.5 * log_probs[torch.arange(len(targets)), targets].mean()
 
     result = autograder.check("cross_entropy", halved)
-    assert not result.passed and result.mistake is None
+    assert not result.passed and result.mistake == "loss_scaled"
     assert "0.5 times the expected one on every input" in result.feedback
 
 
@@ -203,5 +203,5 @@ def test_vit_wrong_positions_are_diagnosed_before_the_blocks():
             return (logits, maps) if return_attention else logits
 
     result = autograder.check("vit_forward", HalfPositions)
-    assert not result.passed and result.mistake is None
+    assert not result.passed and result.mistake == "tokens_before_blocks_wrong"
     assert "tokens entering the first block are wrong" in result.feedback

@@ -139,6 +139,10 @@ def test_every_mistake_says_what_it_is_and_what_to_change(qid):
         where = f"{qid}/{mistake.key}"
         assert re.fullmatch(r"[a-z][a-z0-9_]*", mistake.key), f"{where}: keys are snake_case"
         assert mistake.title.strip() and mistake.hint.strip(), f"{where}: a title and a hint"
+        # the first step of the feedback: a question of its own for every change and symptom (a wrong answer
+        # without one asks about its title), never the fix itself
+        assert mistake.build is not None or mistake.ask.strip(), f"{where}: a change or a symptom needs its ask"
+        assert mistake.hint not in mistake.question(), f"{where}: the ask gives the fix away"
         missing = sorted(set(mistake.needs) - set(S.PARTS))
         assert not missing, f"{where} needs {missing}: add them to PARTS in tests/answers/solutions.py"
 

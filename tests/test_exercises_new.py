@@ -133,6 +133,21 @@ def _numbers(text: str) -> list[float]:
 
 @pytest.mark.parametrize("q", [q for q in VALUE_QUESTIONS if "options" not in q.cases[0].params],
                          ids=lambda q: q.id)
+def test_a_catalogued_hint_never_states_the_value(q):
+    """Each wrong value's title, hint and question lead back to the reasoning without the expected
+    value: no number in them is the expected value (under the question's own tolerance)."""
+    from autograder.judging.catalogue.concepts import values_close
+
+    params = q.cases[0].params
+    expected = entry(q.id).references()[0]
+    for mistake in entry(q.id).catalogue:
+        text = " ".join([mistake.title, mistake.hint, mistake.question()])
+        assert not [x for x in _numbers(text) if values_close(x, expected, params)], (q.id, mistake.key, text)
+        assert mistake.question() != mistake.hint
+
+
+@pytest.mark.parametrize("q", [q for q in VALUE_QUESTIONS if "options" not in q.cases[0].params],
+                         ids=lambda q: q.id)
 def test_the_value_is_not_in_what_the_sandbox_holds(q):
     """questions/ runs beside student code: nothing it says about a value question (title,
     case parameters) is the expected value. (An option number, 1 to 4,

@@ -1,10 +1,11 @@
 """The judge: compares probed outputs with ``vitref`` and names known mistakes (grader side).
 
 One judging walk looks the question's catalogue entry up once (:func:`_judge`) and hands it on:
-the references to :func:`autograder.judging.variants.reference_outputs`, the catalogued mistakes
-to :func:`match_mistake`, and the entry's own ``verdict``/``diagnose``/``summary``. The
-catalogue imports nothing of this module; both build on :mod:`autograder.judging.variants`
-(running an answer here) and :mod:`autograder.judging.compare` (comparing its outputs).
+the references to :func:`autograder.judging.variants.reference_outputs`, the catalogue of
+mistakes to :func:`autograder.judging.diagnosis.name_mistake` (only once the answer failed), and
+the entry's own ``verdict``/``summary``. The catalogue imports nothing of this module; both build
+on :mod:`autograder.judging.variants` (running an answer here), :mod:`autograder.judging.compare`
+(comparing its outputs) and :mod:`autograder.judging.diagnosis` (naming a mistake).
 
 It trusts nothing from the student's process but plain arrays: inputs are rebuilt here, the
 parameter values are regenerated here (:func:`autograder.judging.params.student_params`), and every
@@ -18,116 +19,20 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 
 from ..questions import inputs as recipes
 from ..questions.base import Question
 from ..student.probe import single_thread
-from .catalogue import Entry, entry
-from .catalogue.concepts import values_close
-from .compare import compare_case, compare_outputs, outputs_matching, param_grads_equal, property_problem
-from .messages import outputs_equal
+from .catalogue import entry
+from .catalogue._entry import Entry
+from .compare import compare_case, compare_outputs, outputs_matching, property_problem
+from .diagnosis import Named, name_mistake
 from .model import Result
-from .params import AlignmentError, TamperError, student_params
+from .params import TamperError, student_params
 from .scan import describe as describe_shortcut
 from .scan import flags_or_hold, scan_failure
 from .scan import holds, scan_source
-from .variants import MAX_CANDIDATES, NoMoreCandidates, reference_outputs, run_variant
-
-
-# --------------------------------------------------------------------------- mistakes
-
-
-def mistake_answers(question: Question, catalogue: Entry, parts=None):
-    """(mistake, wrong answer) for every mistake of the question's catalogue entry (and its
-    ``also`` forms), built with the grader's parts."""
-    if parts is None and catalogue.reference_parts is not None:
-        parts = catalogue.reference_parts()
-    for mistake in catalogue.catalogue:
-        for answer in mistake.answers(parts):
-            yield mistake, answer
-
-
-def _same_error(a: dict | None, b: dict | None) -> bool:
-    return bool(a and b and a.get("type") == b.get("type") and a.get("message") == b.get("message"))
-
-
-def match_mistake(question: Question, data: dict, catalogued: Entry, verify: bool = True):
-    """The first catalogue entry whose outputs equal the student's on every case, or None.
-
-    Where the student's code raised, an entry that raised the same exception there (type and
-    message) is preferred to one that raised the same type, and that to one that raised
-    another (two mistakes may fail on the same inputs: a class token not repeated over the
-    batch and attention maps stacked the wrong way)."""
-    if question.kind == "value":
-        return _match_value(question, data, catalogued)
-    if catalogued.match is not None:
-        key = catalogued.match(question, data)
-        return next((m for m in catalogued.catalogue if m.key == key), None)
-    best, best_rank = None, 0
-    for mistake, answer in mistake_answers(question, catalogued):
-        rank = _matches(question, answer, data, verify)
-        if rank == 3:
-            return mistake
-        if rank > best_rank:
-            best, best_rank = mistake, rank
-    return best
-
-
-def _match_value(question: Question, data: dict, catalogued: Entry):
-    """A value question's catalogued wrong value equal to the student's answer (under the
-    question's tolerance), or None."""
-    cases = data.get("cases") or []
-    if len(cases) != 1 or cases[0].get("error"):
-        return None
-    got = (cases[0].get("outputs") or {}).get("answer")
-    if got is None:
-        return None
-    got = float(np.asarray(got).reshape(-1)[0])
-    for mistake, answer in mistake_answers(question, catalogued):
-        if values_close(got, answer, question.cases[0].params):
-            return mistake
-    return None
-
-
-def _matches(question, answer, data, verify) -> int:
-    """A catalogue answer matches when, on every case, it returns the student's outputs or
-    raises where the student's code raised; and either some outputs agreed or every
-    exception is identical in type and message (so "raises everywhere" alone names nothing).
-    3: a match whose exceptions (if any) are the student's, type and message; 2: of the
-    student's types; 1: another match; 0: none."""
-    outputs_agreed, messages_identical, types_identical = 0, True, True
-    for index, student_case in enumerate(data["cases"]):
-        agreed = False
-        candidate = 0
-        while candidate < MAX_CANDIDATES:
-            try:
-                outputs, error, count = run_variant(question, answer, index, student_case, candidate, verify)
-            except (NoMoreCandidates, AlignmentError):
-                break
-            student_error = student_case.get("error")
-            if student_error:
-                # both raised: validators may word the same shape error differently
-                agreed = bool(error)
-                if agreed and not _same_error(student_error, error):
-                    messages_identical = False
-                if agreed and error is not None and student_error.get("type") != error.get("type"):
-                    types_identical = False
-            else:
-                agreed = (outputs is not None and outputs_equal(student_case["outputs"], outputs)
-                          and param_grads_equal(student_case, outputs))
-                if agreed:
-                    outputs_agreed += 1
-            if agreed:
-                break
-            candidate += 1
-            if count <= candidate:
-                break
-        if not agreed:
-            return 0
-    if not (outputs_agreed > 0 or messages_identical):
-        return 0
-    return 3 if messages_identical else 2 if types_identical else 1
+from .variants import reference_outputs
 
 
 # --------------------------------------------------------------------------- the verdict
@@ -228,22 +133,29 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
     text = f"{message}." if question.kind == "value" else f"On input {case.label}: {message}."
     if len(problems) > 1:
         text += f" ({len(problems)} of {len(question.cases)} input sets fail.)"
-    mistake = None
     try:
-        mistake = match_mistake(question, data, catalogued, verify)
+        named = name_mistake(question, data, catalogued, verify)
     except TamperError:
-        mistake = None
-    if mistake is not None:
-        text = f"Looks like a known mistake: {mistake.title}. {mistake.hint} " + text
+        named = None
+    if named is None:
+        return dataclasses.replace(fail(text), measures=measured)
+    full, first = _feedback(named, text)
+    return dataclasses.replace(fail(full, named.mistake.key), first_step=f"{question.title}: not yet. {first}",
+                               measures=measured)
+
+
+def _feedback(named: Named, text: str) -> tuple[str, str]:
+    """(the full feedback, the first step) of a failure ``text`` whose mistake was named: the
+    full one names the mistake and its fix (a symptom: the sentence it found); the first step
+    keeps the failure and asks the mistake's question."""
+    mistake, detail = named.mistake, named.detail.rstrip(".")
+    if mistake.detect is not None:
+        lead = detail[:1].upper() + detail[1:]
+        full = text if detail and detail.lower() in text.lower() else f"{lead}. {text}"
     else:
-        diagnose = catalogued.diagnose
-        try:
-            found = diagnose(question, data) if diagnose is not None else None
-        except Exception:  # noqa: BLE001 - a diagnosis is a bonus, never a reason to fail the verdict
-            found = None
-        if found:
-            text = f"{found.rstrip('.')}. " + text
-    return dataclasses.replace(fail(text, mistake=mistake.key if mistake else None), measures=measured)
+        title = f"{mistake.title} {detail}" if detail else mistake.title
+        full = f"Looks like a known mistake: {title}. {mistake.hint} {text}"
+    return full, f"{text} {mistake.question()}"
 
 
 def _measured(catalogued: Entry, question: Question, data: dict) -> tuple:

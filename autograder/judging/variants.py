@@ -35,6 +35,11 @@ class NoMoreCandidates(Exception):
     pass
 
 
+class NotApplicable(Exception):
+    """A counterfactual change (:class:`autograder.judging.diagnosis.Change`) found nothing to
+    change in this reference: it names nothing here."""
+
+
 def module_params(module) -> list[P]:
     out = []
     for name, param in module.named_parameters():
@@ -231,7 +236,7 @@ def run_variant(question: Question, answer, case_index: int, student_case: dict,
     try:
         with torch.set_grad_enabled(needs_grad(question)):
             question.run_case(answer, case, recorder)
-    except (NoMoreCandidates, AlignmentError, TamperError):
+    except (NoMoreCandidates, AlignmentError, TamperError, NotApplicable):
         raise
     except (BadOutput, CaseFailure) as error:
         return None, {"type": type(error).__name__, "message": str(error), "where": ""}, recorder.candidates_seen

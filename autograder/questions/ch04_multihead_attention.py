@@ -36,7 +36,7 @@ import functools
 
 from . import inputs as I
 from .base import Case, Question, register
-from .common import KEY_BIAS, build_flexible, call_with_mask, case_mask, first_if_tuple, require_linear_biases
+from .common import KEY_BIAS, build_flexible, call_with_mask, case_mask, require_linear_biases, single_output
 
 def _mha_case(label, **p):
     """A case of q5 / mha_loop: E, h, x (B, N, E), seed; optional mask spec (``mask``, ``full_rows``,
@@ -83,7 +83,7 @@ def _build_mha(rec, answer, p, **meta):
     return module
 
 
-def _forward_mha(rec, module, p, return_attention=False):
+def _forward_mha(rec, module, p, return_attention=False, with_flag=False):
     """Run the module on the case's x and mask; record out (and weights), gradients."""
     x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
     mask = case_mask(p)
@@ -98,7 +98,8 @@ def _forward_mha(rec, module, p, return_attention=False):
         rec.output("out", out)
         rec.output("weights", weights)
     else:
-        out = first_if_tuple(result)
+        # the loop's forward takes return_attention; the slides' MultiHeadAttention returns out
+        out = single_output(result, "forward(x, mask)", attention_flag=with_flag)
         rec.output("out", out)
     if p.get("grads"):
         upstream = rec.tensor(I.randn(p["x"], p["seed"] + 7))                       # (B, N, E)
@@ -145,7 +146,7 @@ LOOP_CASES = [
 def _run_loop(answer, case, rec):
     p = case.params
     module = _build_mha(rec, answer, p, heads=p["h"], head_width=p["E"])
-    _forward_mha(rec, module, p, return_attention=bool(p.get("attention")))
+    _forward_mha(rec, module, p, return_attention=bool(p.get("attention")), with_flag=True)
 
 register(Question(
     id="mha_loop",

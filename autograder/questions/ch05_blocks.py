@@ -41,7 +41,7 @@ from torch import nn
 
 from . import inputs as I
 from .base import Case, Question, register
-from .common import build_flexible, first_if_tuple
+from .common import build_flexible, single_output
 from .errors import CaseFailure
 
 # --------------------------------------------------------------------------- Q6 residual
@@ -226,7 +226,7 @@ def _run_block(answer, case, rec, norm_first=True):
     module = build_flexible(rec, answer, args, kwargs, heads=p["h"], head_width=p["E"], train=bool(p.get("train")),
                             dtype=p.get("dtype"))
     x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
-    out = first_if_tuple(_seeded_call(rec, p, module, x))
+    out = single_output(_seeded_call(rec, p, module, x), "the block's forward(x)")
     rec.check_new_params(module)
     rec.output("out", out)
     _backward(rec, p, module, x, out)

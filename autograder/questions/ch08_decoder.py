@@ -41,7 +41,7 @@ import numpy as np
 
 from . import inputs as I
 from .base import Case, Question, register
-from .common import build_flexible, first_if_tuple
+from .common import build_flexible, single_output
 
 # Key projections' biases get a zero gradient by design (softmax ignores a constant shift of a
 # query's scores): excluded from the parameter-gradient checks.
@@ -150,7 +150,9 @@ def _run_cross(answer, case, rec):
         out, weights = rec.unpack(result, ("out", "weights"), "CrossAttention.forward(x, context, mask, "
                                                               "return_attention=True)")
     else:
-        out, weights = first_if_tuple(_call_masked(rec, module, x, context, mask=mask)), None
+        out = single_output(_call_masked(rec, module, x, context, mask=mask), "CrossAttention(x, context, mask)",
+                            attention_flag=True)
+        weights = None
     rec.check_new_params(module)
     rec.output("out", out)
     if weights is not None:
@@ -213,8 +215,9 @@ def _run_decoder(answer, case, rec):
 
     def run(tokens):
         if p["causal"]:
-            return first_if_tuple(rec.call(module, tokens, context, self_mask="causal"))
-        return first_if_tuple(rec.call(module, tokens, context))
+            return single_output(rec.call(module, tokens, context, self_mask="causal"),
+                                 "DecoderBlock(x, context, self_mask='causal')")
+        return single_output(rec.call(module, tokens, context), "DecoderBlock(x, context)")
 
     out = run(x)
     rec.check_new_params(module)

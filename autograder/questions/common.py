@@ -8,10 +8,24 @@ from .errors import CaseFailure
 
 
 def first_if_tuple(value):
-    """Modules may return ``out`` or ``(out, extras)``; the checks read ``out``."""
+    """``out`` of a forward whose contract returns ``(out, extras)`` (a KV cache's ``(out, cache)``)."""
     if type(value) in (tuple, list) and len(value) >= 1:
         return value[0]
     return value
+
+
+def single_output(value, what: str, attention_flag: bool = False):
+    """The output of a forward whose contract returns one tensor: a tuple or a list is refused
+    (its first item is not taken: a forward that always returns ``(out, weights)`` breaks every
+    caller that expects a tensor). ``attention_flag``: the forward takes ``return_attention``, and
+    was called without it."""
+    if type(value) not in (tuple, list):
+        return value
+    got = f"a {type(value).__name__} of {len(value)} items"
+    if attention_flag:
+        raise CaseFailure(f"{what} with return_attention=False should return the output tensor alone, got {got}: "
+                          f"return the pair (out, weights) only when return_attention=True")
+    raise CaseFailure(f"{what} should return the output tensor alone, got {got}")
 
 
 def call_with_mask(rec, fn, *args, mask=None, mask_name="mask"):

@@ -324,3 +324,29 @@ def embed_weight_t_2(token_ids, weight):
 @wrong("embedding_lookup", says("integer tensor"))
 def embed_long_one_hot_2(token_ids, weight):
     return F.one_hot(token_ids, weight.shape[0]) @ weight
+
+
+# ####################################################################################################
+# patches flattened channel-interleaved (a class of the instructor's hidden collection): named by the
+# counterfactual "patch_order" (the reference's pattern changed), whatever the order
+@wrong("patches", ("patch_order", says("(s1 c s2)")))
+def patches_channel_between_rows(images, patch_size):
+    return rearrange(images, "b c (h s1) (w s2) -> b (h w) (s1 c s2)", s1=patch_size, s2=patch_size)
+
+
+@wrong("patches", ("patch_order", says("(s2 c s1)")))
+def patches_permute_channel_middle(images, patch_size):
+    b, c, height, width = images.shape
+    p = patch_size
+    grid = images.reshape(b, c, height // p, p, width // p, p)          # (B, C, h, s1, w, s2)
+    grid = grid.permute(0, 2, 4, 5, 1, 3)                               # (B, h, w, s2, C, s1)
+    return grid.reshape(b, (height // p) * (width // p), -1)
+
+
+@wrong("patches", ("patch_order", says("(c s2 s1)")))
+def patches_channels_first_columns(images, patch_size):
+    b, c, height, width = images.shape
+    p = patch_size
+    blocks = images.unfold(2, p, p).unfold(3, p, p)                     # (B, C, h, w, s1, s2)
+    blocks = blocks.permute(0, 2, 3, 1, 5, 4)                           # (B, h, w, C, s2, s1)
+    return blocks.reshape(b, -1, c * p * p)

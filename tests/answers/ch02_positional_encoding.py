@@ -149,7 +149,7 @@ def pe_cos_squared(seq_len, d, n=10000):
     return P
 
 
-@wrong("q1", says("row 0 should be 0 in the even columns"))
+@wrong("q1", ("table_positions_shifted", says("rows start at position 2")))
 def pe_positions_from_two(seq_len, d, n=10000):
     P = np.zeros((seq_len, d))
     for k in range(1, seq_len + 1):
@@ -204,7 +204,7 @@ wrong_list("q1", [
 ])
 
 
-@wrong("q1", says("positions start at 0"))
+@wrong("q1", ("table_positions_shifted", says("Row k of the table is position k")))
 def pe_shifted_rows(seq_len, d, n=10000):
     P = np.zeros((seq_len, d))
     for k in range(1, seq_len + 1):
@@ -212,4 +212,48 @@ def pe_shifted_rows(seq_len, d, n=10000):
             denominator = np.power(n, 2 * i / d)
             P[k - 1, 2 * i] = np.sin((k + 1) / denominator)
             P[k - 1, 2 * i + 1] = np.cos((k + 1) / denominator)
+    return P
+
+
+# ####################################################################################################
+# the sinusoidal table with another base / width / length, or sines only (classes of the instructor's
+# hidden collection): named by the counterfactual tables of the catalogue
+@wrong("q1", ("table_other_base", says("n = 1000)")))
+def pe_base_thousand(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d / 2)):
+            denominator = np.power(1000, 2 * i / d)              # "the base": a value remembered from a blog
+            P[k, 2 * i] = np.sin(k / denominator)
+            P[k, 2 * i + 1] = np.cos(k / denominator)
+    return P
+
+
+@wrong("q1", ("table_other_width", says("2i/(d-1)")))
+def pe_width_minus_one(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d / 2)):
+            denominator = n ** (2 * i / (d - 1))                 # the last column index instead of d
+            P[k, 2 * i] = math.sin(k / denominator)
+            P[k, 2 * i + 1] = math.cos(k / denominator)
+    return P
+
+
+@wrong("q1", ("table_sines_only", says("cosines only")))
+def pe_cosines_only(seq_len, d, n=10000):
+    positions = np.arange(seq_len)[:, None]
+    angles = positions / n ** (np.arange(0, d, 2) / d)
+    P = np.zeros((seq_len, d))
+    P[:, 0::2] = np.cos(angles)
+    P[:, 1::2] = np.cos(angles)
+    return P
+
+
+@wrong("q1", ("table_positions_shifted", says("rows start at position 2")))
+def pe_table_from_two_vectorised(seq_len, d, n=10000):
+    positions = np.arange(2, seq_len + 2)[:, None]
+    angles = positions / np.power(n, np.arange(0, d, 2) / d)
+    P = np.empty((seq_len, d))
+    P[:, 0::2], P[:, 1::2] = np.sin(angles), np.cos(angles)
     return P

@@ -748,3 +748,23 @@ class HeadFrozenKey(S.AttentionHead):
     def __init__(self, dim, head_dim):
         super().__init__(dim, head_dim)
         self.key.weight.requires_grad_(False)
+
+
+# ####################################################################################################
+# keys used as values (a class of the instructor's hidden collection): named by the counterfactual
+# "values_from_keys" (the reference run with its keys where its values go)
+@wrong("attention", "values_from_keys")
+def attention_mixes_the_keys(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = S.softmax(scores, dim=-1)
+    return weights @ k, weights
+
+
+@wrong("attention_head", "values_from_keys")
+class HeadValuesFromKeyLayer(_Head):
+    def forward(self, x, mask=None):
+        q, k = self.query(x), self.key(x)
+        v = self.key(x)                                   # copy-paste of the line above
+        return S.scaled_dot_product_attention(q, k, v, mask)

@@ -102,9 +102,9 @@ class LoopStack(nn.Module):
         return (out, torch.stack([w for _, w in results], dim=1)) if return_attention else out
 
 
-@variant("mha_loop")
+@wrong("mha_loop", "return_attention_always_tuple")
 class LoopRawHeads(nn.Module):
-    """Heads from the raw-parameter head class, projection named W_O."""
+    """Raw-parameter heads, W_O; always a tuple."""
 
     def __init__(self, emb_size, num_heads):
         super().__init__()
@@ -408,7 +408,7 @@ class LoopStackFixed(LoopStack):
 
 @right("mha_loop")
 class LoopRawHeadsFixed(LoopRawHeads):
-    """variants.LoopRawHeads (raw-parameter heads, W_O) passing the mask and returning the weights."""
+    """LoopRawHeads returning the weights only when asked."""
 
     def forward(self, x, mask=None, return_attention=False):
         pairs = [head(x, mask) for head in self.heads]
@@ -797,3 +797,131 @@ class LoopMean2(nn.Module):
         out = self.projection(sum(r[0] for r in results) / len(results))
         return (out, torch.stack([r[1] for r in results], 1)) if return_attention else out
 
+
+
+# ####################################################################################################
+# keys used as values, per-head output projections, a tuple always returned
+LOOP, PER_HEAD = "mha_loop", "per_head_projection"
+ALWAYS = ("return_attention_always_tuple", says("return_attention=False"))
+@wrong("q5", "values_from_keys")
+class MHAValuesAreKeys(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__()
+        self.emb_size, self.num_heads = emb_size, num_heads
+        self.qkv = nn.Linear(emb_size, emb_size * 3)
+        self.att_drop = nn.Dropout(dropout)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None):
+        b, n, e = x.shape
+        qkv = self.qkv(x).view(b, n, 3, self.num_heads, e // self.num_heads).permute(2, 0, 3, 1, 4)
+        queries, keys, values = qkv[0], qkv[1], qkv[1]
+        energy = queries @ keys.transpose(-2, -1)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
+        att = self.att_drop(F.softmax(energy / (e // self.num_heads) ** 0.5, dim=-1))
+        return self.projection((att @ values).transpose(1, 2).reshape(b, n, e))
+
+
+class _HeadKeysAsValues(nn.Module):
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.query, self.key, self.value = nn.Linear(dim, head_dim), nn.Linear(dim, head_dim), nn.Linear(dim, head_dim)
+
+    def forward(self, x, mask=None):
+        k = self.key(x)
+        return S.scaled_dot_product_attention(self.query(x), k, k, mask)
+
+
+@wrong(LOOP, "values_from_keys")
+class LoopOfHeadsWithKeysAsValues(nn.Module):
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        self.heads = nn.ModuleList([_HeadKeysAsValues(emb_size, emb_size // num_heads) for _ in range(num_heads)])
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None, return_attention=False):
+        results = [head(x, mask) for head in self.heads]
+        out = self.projection(torch.cat([r[0] for r in results], dim=-1))
+        return (out, torch.stack([r[1] for r in results], dim=1)) if return_attention else out
+
+
+@wrong(LOOP, PER_HEAD)
+class LoopProjectionPerHeadSummed(nn.Module):
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        head_dim = emb_size // num_heads
+        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.projections = nn.ModuleList([nn.Linear(head_dim, emb_size) for _ in range(num_heads)])
+
+    def forward(self, x, mask=None, return_attention=False):
+        out, maps = 0, []
+        for head, projection in zip(self.heads, self.projections):
+            head_out, weights = head(x, mask)
+            out = out + projection(head_out)
+            maps.append(weights)
+        return (out, torch.stack(maps, dim=1)) if return_attention else out
+
+
+@wrong(LOOP, PER_HEAD)
+class LoopSharedSmallProjection(nn.Module):
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        head_dim = emb_size // num_heads
+        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.projection = nn.Linear(head_dim, head_dim)
+
+    def forward(self, x, mask=None, return_attention=False):
+        outs, maps = [], []
+        for head in self.heads:
+            head_out, weights = head(x, mask)
+            outs.append(self.projection(head_out))
+            maps.append(weights)
+        out = torch.cat(outs, dim=-1)
+        return (out, torch.stack(maps, dim=1)) if return_attention else out
+
+
+@wrong(LOOP, PER_HEAD)
+class LoopProjectionInsideEachHead(nn.Module):
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        head_dim = emb_size // num_heads
+        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.out_proj = nn.ModuleList([nn.Linear(head_dim, head_dim) for _ in range(num_heads)])
+
+    def forward(self, x, mask=None, return_attention=False):
+        pairs = [head(x, mask) for head in self.heads]
+        out = torch.cat([proj(o) for proj, (o, _) in zip(self.out_proj, pairs)], dim=-1)
+        return (out, torch.stack([w for _, w in pairs], dim=1)) if return_attention else out
+
+
+@wrong(LOOP, ALWAYS)
+class LoopAlwaysReturnsWeights(_Loop):
+    def forward(self, x, mask=None, return_attention=False):
+        outs, maps = zip(*[head(x, mask) for head in self.heads])
+        return self.projection(torch.cat(outs, dim=-1)), torch.stack(maps, dim=1)
+
+
+@wrong(LOOP, ALWAYS)
+class LoopReturnsNoneWeights(_Loop):
+    def forward(self, x, mask=None, return_attention=False):
+        outs, maps = zip(*[head(x, mask) for head in self.heads])
+        weights = torch.stack(maps, dim=1) if return_attention else None
+        return self.projection(torch.cat(outs, dim=-1)), weights
+
+
+@wrong(LOOP, "returns_a_tuple")
+class LoopReturnsListOfMaps(_Loop):
+    def forward(self, x, mask=None, return_attention=False):
+        outs, maps = [], []
+        for head in self.heads:
+            out, weights = head(x, mask)
+            outs.append(out)
+            maps.append(weights)
+        return self.projection(torch.cat(outs, dim=-1)), maps
+
+
+@wrong("q5", ("returns_a_tuple", says("tensor alone")))
+class MHAAlwaysWithWeights(S.MultiHeadAttention):
+    def forward(self, x, mask=None, return_attention=True):          # the weights by default
+        return super().forward(x, mask, return_attention=return_attention)

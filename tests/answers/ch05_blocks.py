@@ -628,3 +628,228 @@ class ResidualDetachedBranch(_Residual):
 
 
 wrong_rows([("q7", _ffn("up", "gelu", "drop", "down", "drop"), says("In training mode with drop_p=1.0"))])
+
+
+# ####################################################################################################
+# classes of the instructor's hidden collection, named by the counterfactuals of the reference blocks:
+# a residual dropped around one branch, the two norms swapped, a residual that multiplies or subtracts,
+# ReLU for GELU, a norm over the token axis; and a block whose forward returns a tuple
+class _Branch(nn.Module):
+    """A sub-layer without a residual connection around it (the slides' ResidualAdd left out)."""
+
+    def __init__(self, *layers):
+        super().__init__()
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x, **kwargs):
+        return self.layers(x)
+
+
+@wrong("q7b", ("residual_dropped", says("around the feed-forward block")))
+class BlockNoResidualAroundMlp(nn.Sequential):
+    def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, **kwargs):
+        super().__init__(
+            S.ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), S.MultiHeadAttention(emb_size, **kwargs),
+                                        nn.Dropout(drop_p))),
+            _Branch(nn.LayerNorm(emb_size), S.FeedForwardBlock(emb_size, forward_expansion, forward_drop_p),
+                    nn.Dropout(drop_p)),
+        )
+
+
+class _BlockModule(nn.Module):
+    def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, num_heads=8):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(emb_size)
+        self.attn = S.MultiHeadAttention(emb_size, num_heads)
+        self.norm2 = nn.LayerNorm(emb_size)
+        self.mlp = S.FeedForwardBlock(emb_size, forward_expansion, forward_drop_p)
+        self.drop = nn.Dropout(drop_p)
+
+
+@wrong("q7b", ("residual_dropped", says("around the attention")))
+class BlockAttentionOverwritesX(_BlockModule):
+    def forward(self, x):
+        x = self.drop(self.attn(self.norm1(x)))
+        return x + self.drop(self.mlp(self.norm2(x)))
+
+
+@wrong("q7b", ("norms_swapped", says("norm1 and norm2")))
+class BlockNormsSwapped(_BlockModule):
+    def forward(self, x):
+        x = x + self.drop(self.attn(self.norm2(x)))
+        return x + self.drop(self.mlp(self.norm1(x)))
+
+
+@wrong("q7b", ("residual_subtracts", says("around the feed-forward block")))
+class BlockMlpResidualSubtracted(_BlockModule):
+    def forward(self, x):
+        x = x + self.drop(self.attn(self.norm1(x)))
+        return x - self.drop(self.mlp(self.norm2(x)))
+
+
+@wrong("q7b", ("returns_a_tuple", says("should return the output tensor alone")))
+class BlockReturnsWeightsToo(_BlockModule):
+    def forward(self, x):
+        out, weights = self.attn(self.norm1(x), return_attention=True)
+        x = x + self.drop(out)
+        return x + self.drop(self.mlp(self.norm2(x))), weights
+
+
+@wrong("post_ln_block", ("residual_dropped", says("around the attention")))
+class PostNoResidualAroundAttention(_Post):
+    def forward(self, x):
+        x = self.norm1(self.attn(x))
+        return self.norm2(x + self.mlp(x))
+
+
+@wrong("post_ln_block", ("residual_dropped", says("around the feed-forward block")))
+class PostNoResidualAroundMlp(_Post):
+    def forward(self, x):
+        x = self.norm1(x + self.attn(x))
+        return self.norm2(self.mlp(x))
+
+
+@wrong("post_ln_block", ("norms_swapped", says("norm1 and norm2")))
+class PostNormsSwapped(_Post):
+    def forward(self, x):
+        x = self.norm2(x + self.attn(x))
+        return self.norm1(x + self.mlp(x))
+
+
+@wrong("post_ln_block", ("residual_multiplies", says("around both sub-layers")))
+class PostResidualProducts(_Post):
+    def forward(self, x):
+        x = self.norm1(x * self.attn(x))
+        return self.norm2(x * self.mlp(x))
+
+
+@wrong("post_ln_block", ("residual_subtracts", says("around the attention")))
+class PostAttentionSubtracted(_Post):
+    def forward(self, x):
+        x = self.norm1(x - self.attn(x))
+        return self.norm2(x + self.mlp(x))
+
+
+class _ReluFFN(nn.Sequential):
+    """A feed-forward block written with ReLU (the student's own, reused by the post-LN block)."""
+
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        hidden = hidden_dim or expansion * emb_size
+        super().__init__(nn.Linear(emb_size, hidden), nn.ReLU(), nn.Dropout(drop_p), nn.Linear(hidden, emb_size))
+
+
+@wrong("post_ln_block", "relu_for_gelu")
+class PostWithReluMlp(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
+        super().__init__()
+        self.attn = S.MultiHeadAttention(emb_size, num_heads)
+        self.norm1 = nn.LayerNorm(emb_size)
+        self.mlp = _ReluFFN(emb_size, expansion=forward_expansion)
+        self.norm2 = nn.LayerNorm(emb_size)
+
+    def forward(self, x):
+        x = self.norm1(x + self.attn(x))
+        return self.norm2(x + self.mlp(x))
+
+
+@wrong("post_ln_block", "relu_for_gelu")
+class PostFunctionalRelu(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
+        super().__init__()
+        self.attn = S.MultiHeadAttention(emb_size, num_heads)
+        self.norm1 = nn.LayerNorm(emb_size)
+        self.fc1 = nn.Linear(emb_size, forward_expansion * emb_size)
+        self.fc2 = nn.Linear(forward_expansion * emb_size, emb_size)
+        self.norm2 = nn.LayerNorm(emb_size)
+
+    def forward(self, x):
+        x = self.norm1(x + self.attn(x))
+        return self.norm2(x + self.fc2(F.relu(self.fc1(x))))
+
+
+@wrong("post_ln_block", ("returns_a_tuple", says("should return the output tensor alone")))
+class PostReturnsBothSums(_Post):
+    def forward(self, x):
+        h = self.norm1(x + self.attn(x))
+        return self.norm2(h + self.mlp(h)), h
+
+
+@wrong("q6", ("residual_multiplies", says("multiplies")))
+class ResidualGate(_Residual):
+    def forward(self, x, **kwargs):
+        return x * self.fn(x, **kwargs)
+
+
+@wrong("q6", "residual_subtracts")
+class ResidualMinus(_Residual):
+    def forward(self, x, **kwargs):
+        return x - self.fn(x, **kwargs)
+
+
+@wrong("q6", "residual_subtracts")
+class ResidualSkipSubtracted(_Residual):
+    def forward(self, x, **kwargs):
+        out = self.fn(x, **kwargs)
+        return out - x
+
+
+@wrong("layernorm", ("norm_over_tokens", says("dim=-2")))
+class LayerNormOverTokens(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        mean = x.mean(dim=-2, keepdim=True)
+        var = x.var(dim=-2, keepdim=True, unbiased=False)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+
+@wrong("layernorm", ("norm_over_tokens", says("dim=1")))
+class LayerNormDimOne(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        mean = torch.mean(x, 1, keepdim=True)
+        centred = x - mean
+        var = torch.mean(centred ** 2, 1, keepdim=True)
+        return self.weight * centred / (var + self.eps).sqrt() + self.bias
+
+
+@wrong("layernorm", "norm_over_tokens")
+class LayerNormTransposed(nn.Module):
+    """Normalises the columns of each (N, dim) matrix: the transpose, then the statistics of the last axis."""
+
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        t = x.transpose(-1, -2)
+        mean = t.mean(-1, keepdim=True)
+        std = torch.sqrt(((t - mean) ** 2).mean(-1, keepdim=True) + self.eps)
+        return ((t - mean) / std).transpose(-1, -2) * self.weight + self.bias
+
+
+@wrong("post_ln_block", ("norms_swapped", says("norm1 and norm2")))
+class PostNormsByPosition(nn.Module):
+    """The norms declared in the other order than they are used."""
+
+    def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
+        super().__init__()
+        self.attn = S.MultiHeadAttention(emb_size, num_heads)
+        self.norm1 = nn.LayerNorm(emb_size)
+        self.mlp = S.FeedForwardBlock(emb_size, expansion=forward_expansion)
+        self.norm2 = nn.LayerNorm(emb_size)
+
+    def forward(self, x):
+        attended = self.norm2(x + self.attn(x))          # "the second norm of the block" read as the attention's
+        return self.norm1(attended + self.mlp(attended))

@@ -6,6 +6,7 @@ hand as students write them, not with the catalogue's builders; the building blo
 course's solutions (solutions.py) or the code the notebooks give (given.py).
 """
 
+import numpy as np
 import torch
 from einops import rearrange, repeat
 from einops.layers.torch import Rearrange
@@ -289,7 +290,7 @@ wrong_rows([
     ("q3", _q3(lambda cls, x, b: torch.cat([repeat(cls.detach(), "() n e -> b n e", b=b), x], dim=1)),
      says("gradient of the parameter cls_token")),
     ("q3", _q3(lambda cls, x, b: torch.cat([torch.zeros(b, 1, x.shape[-1], dtype=x.dtype), x], dim=1)),
-     says("gradient of the parameter cls_token")),
+     ("class_token_not_parameter", says("no gradient reaches self.cls_token"))),
 ])
 
 
@@ -406,3 +407,91 @@ wrong_rows([
     ("conv_patch_embedding", _conv(lambda g: _rows(g).detach()), says("does not depend differentiably")),
     ("conv_patch_embedding", _conv(lambda g: _rows(g).float()), says("float32 although the inputs")),
 ])
+
+
+# ####################################################################################################
+# classes of the instructor's hidden collection: patches flattened channel-interleaved (the counterfactual
+# "patch_order"), a fresh random class token per call, and a table of positions with another base / width
+# / length or sines only (the counterfactual tables of q4)
+class _Embedding(nn.Module):
+    """The final notebook's class; ``pattern`` and ``table`` are what the subclasses get wrong."""
+
+    pattern = "b c (h s1) (w s2) -> b (h w) (s1 s2 c)"
+
+    def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
+        super().__init__()
+        self.projection = nn.Sequential(Rearrange(self.pattern, s1=patch_size, s2=patch_size),
+                                        nn.Linear(patch_size * patch_size * in_channels, emb_size))
+        self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size))
+        self.sinusoids_positions = torch.from_numpy(self.table((img_size // patch_size) ** 2 + 1, emb_size)).float()
+
+    def table(self, num_tokens, emb_size):
+        return getPositionEncoding(num_tokens, emb_size)
+
+    def forward(self, x):
+        x = self.projection(x)
+        x = torch.cat([repeat(self.cls_token, "() n e -> b n e", b=x.shape[0]), x], dim=1)
+        return x + self.sinusoids_positions
+
+
+@wrong("q2", ("patch_order", says("(s1 c s2)")))
+class EmbeddingChannelsBetweenRows(_Embedding):
+    pattern = "b c (h s1) (w s2) -> b (h w) (s1 c s2)"
+
+
+@wrong("q3", ("patch_order", says("(s2 c s1)")))
+class EmbeddingChannelsInterleavedColumns(_Embedding):
+    pattern = "b c (h s1) (w s2) -> b (h w) (s2 c s1)"
+
+
+@wrong("q4", ("patch_order", says("(c s2 s1)")))
+class EmbeddingChannelsFirstColumns(_Embedding):
+    pattern = "b c (h s1) (w s2) -> b (h w) (c s2 s1)"
+
+
+@wrong("q3", ("class_token_not_parameter", says("self.cls_token")))
+class EmbeddingFreshClassToken(_Embedding):
+    def forward(self, x):
+        x = self.projection(x)
+        cls_token = torch.randn(1, 1, x.shape[-1], dtype=x.dtype)          # a new token at every call
+        x = torch.cat([cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        return x + self.sinusoids_positions
+
+
+@wrong("q4", ("class_token_not_parameter", says("self.cls_token")))
+class EmbeddingClassTokenParameterInForward(_Embedding):
+    def forward(self, x):
+        x = self.projection(x)
+        cls = nn.Parameter(torch.randn(x.shape[0], 1, x.shape[-1], dtype=x.dtype))
+        return torch.cat([cls, x], dim=1) + self.sinusoids_positions
+
+
+@wrong("q4", ("table_other_base", says("n = 100)")))
+class EmbeddingSlidesBase(_Embedding):
+    def table(self, num_tokens, emb_size):
+        return getPositionEncoding(num_tokens, emb_size, 100)               # the slides' example table
+
+
+@wrong("q4", ("table_sines_only", says("sines only")))
+class EmbeddingSinesOnly(_Embedding):
+    def table(self, num_tokens, emb_size):
+        k = np.arange(num_tokens)[:, None]
+        angles = k / np.power(10000, np.arange(0, emb_size, 2) / emb_size)
+        return np.repeat(np.sin(angles), 2, axis=1)
+
+
+@wrong("q4", ("table_other_width", says("2i/seq_len")))
+class EmbeddingExponentOverTokens(_Embedding):
+    def table(self, num_tokens, emb_size):
+        P = np.zeros((num_tokens, emb_size))
+        for k in range(num_tokens):
+            for i in range(emb_size // 2):
+                denominator = np.power(10000, 2 * i / num_tokens)
+                P[k, 2 * i], P[k, 2 * i + 1] = np.sin(k / denominator), np.cos(k / denominator)
+        return P
+
+
+@wrong("q4", ("table_positions_shifted", says("position 2")))
+class EmbeddingTableOffsetTwo(_Embedding):
+    def table(self, num_tokens, emb_size):
+        return getPositionEncoding(num_tokens + 2, emb_size)[2:]

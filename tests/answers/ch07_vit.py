@@ -629,3 +629,108 @@ def ls_log_of_exp(logits, targets, smoothing=0.1):
     q = torch.full_like(logits, smoothing / C)
     q[torch.arange(B), targets] += 1 - smoothing
     return -(q * log_p).sum(dim=1).mean()
+
+
+# ####################################################################################################
+# classes of the instructor's hidden collection: the blocks applied in reverse order (the counterfactual
+# "blocks_reversed"), a fresh random class token per call, label smoothing put on the wrong class, and a
+# softmax over the batch
+@wrong("vit_forward", "blocks_reversed")
+class ViTBlocksReversed(_ViTBase):
+    def forward(self, x, return_attention=False):
+        x = self.patch_embed(x)
+        x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1) + self.pos_embed
+        attentions = []
+        for block in reversed(self.blocks):
+            x, w = block(x, return_attention=True)
+            attentions.append(w)
+        logits = self.head(self.norm(x)[:, 0])
+        return (logits, attentions) if return_attention else logits
+
+
+@wrong("vit_forward", "blocks_reversed")
+class ViTBlocksSlicedBackwards(_ViTBase):
+    def forward(self, x, return_attention=False):
+        tokens = self.patch_embed(x)
+        tokens = torch.cat([self.cls_token.expand(len(tokens), -1, -1), tokens], dim=1) + self.pos_embed
+        maps = []
+        for block in self.blocks[::-1]:
+            tokens, weights = block(tokens, return_attention=True)
+            maps.append(weights)
+        logits = self.head(self.norm(tokens[:, 0]))
+        return (logits, maps) if return_attention else logits
+
+
+@wrong("vit_forward", "blocks_reversed")
+class ViTBlocksCountingDown(_ViTBase):
+    def forward(self, x, return_attention=False):
+        x = self.patch_embed(x)
+        x = torch.cat([repeat(self.cls_token, "() n d -> b n d", b=x.shape[0]), x], dim=1) + self.pos_embed
+        attentions = []
+        for i in range(len(self.blocks) - 1, -1, -1):
+            x, w = self.blocks[i](x, return_attention=True)
+            attentions.append(w)
+        logits = self.head(self.norm(x)[:, 0])
+        return (logits, attentions) if return_attention else logits
+
+
+@wrong("vit_forward", ("class_token_not_parameter", says("self.cls_token")))
+class ViTFreshClassToken(_ViTBase):
+    def forward(self, x, return_attention=False):
+        x = self.patch_embed(x)
+        cls = torch.randn(x.shape[0], 1, x.shape[-1], dtype=x.dtype) * 0.02        # a new token every call
+        x = torch.cat([cls, x], dim=1) + self.pos_embed
+        x, attentions = self.run_blocks(x)
+        logits = self.head(self.norm(x)[:, 0])
+        return (logits, attentions) if return_attention else logits
+
+
+@wrong("label_smoothing", "smoothing_wrong_class")
+def ls_target_columns_of_every_row(logits, targets, smoothing=0.1):
+    C = logits.shape[1]
+    q = torch.full_like(logits, smoothing / C)
+    q[:, targets] += 1 - smoothing                        # every row gets every target of the batch
+    return -(q * _log_softmax(logits)).sum(dim=1).mean()
+
+
+@wrong("label_smoothing", "smoothing_wrong_class")
+def ls_on_the_predicted_class(logits, targets, smoothing=0.1):
+    B, C = logits.shape
+    q = torch.full_like(logits, smoothing / C)
+    q[torch.arange(B), logits.argmax(dim=1)] += 1 - smoothing
+    return -(q * _log_softmax(logits)).sum(dim=1).mean()
+
+
+@wrong("label_smoothing", "smoothing_wrong_class")
+def ls_classes_counted_from_one(logits, targets, smoothing=0.1):
+    B, C = logits.shape
+    q = torch.full_like(logits, smoothing / C)
+    q[torch.arange(B), targets - 1] += 1 - smoothing     # class 0 wraps around to the last column
+    return -(q * _log_softmax(logits)).sum(dim=1).mean()
+
+
+@wrong("label_smoothing", "softmax_over_batch")
+def ls_log_softmax_over_batch(logits, targets, smoothing=0.1):
+    log_p = logits - torch.logsumexp(logits, dim=0, keepdim=True)
+    nll = -log_p[torch.arange(len(targets)), targets]
+    return ((1 - smoothing) * nll - smoothing * log_p.mean(dim=1)).mean()
+
+
+@wrong("label_smoothing", "softmax_over_batch")
+def ls_shift_and_sum_over_dim0(logits, targets, smoothing=0.1):
+    B, C = logits.shape
+    shifted = logits - logits.max(dim=0, keepdim=True).values
+    log_p = shifted - shifted.exp().sum(dim=0, keepdim=True).log()
+    q = torch.full_like(logits, smoothing / C)
+    q[torch.arange(B), targets] += 1 - smoothing
+    return -(q * log_p).sum(dim=1).mean()
+
+
+@wrong("label_smoothing", "softmax_over_batch")
+def ls_softmax_columns(logits, targets, smoothing=0.1):
+    B, C = logits.shape
+    exps = torch.exp(logits - logits.amax())
+    probs = exps / exps.sum(dim=0)
+    q = torch.full_like(logits, smoothing / C)
+    q[torch.arange(B), targets] += 1 - smoothing
+    return -(q * torch.log(probs)).sum(dim=1).mean()

@@ -706,3 +706,70 @@ class KVScaledByEmb(_KV):
         T, S = q.shape[2], k.shape[2]
         E = q.shape[-1] * self.num_heads
         return self.attend(q, k, v, torch.ones(T, S, dtype=torch.bool).tril(S - T), scale=E ** 0.5), (k, v)
+
+
+# ####################################################################################################
+# classes of the instructor's hidden collection: keys used as values ("values_from_keys"), ReLU for GELU
+# in the decoder's MLP ("relu_for_gelu"), and forwards that return a tuple where one tensor is expected
+@wrong("cross_attention", "values_from_keys")
+class CrossKeysAsValues(_CrossBase):
+    def forward(self, x, context, mask=None, return_attention=False):
+        q = rearrange(self.query(x), "b t (h d) -> b h t d", h=self.num_heads)
+        k, _ = rearrange(self.key_value(context), "b s (kv h d) -> kv b h s d", kv=2, h=self.num_heads)
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = scores.softmax(dim=-1)
+        out = self.projection(rearrange(weights @ k, "b h t d -> b t (h d)"))
+        return (out, weights) if return_attention else out
+
+
+@wrong("cross_attention", ("returns_a_tuple", says("return_attention=False should return the output tensor alone")))
+class CrossAlwaysReturnsWeights(_CrossBase):
+    def forward(self, x, context, mask=None, return_attention=False):
+        q = rearrange(self.query(x), "b t (h d) -> b h t d", h=self.num_heads)
+        k, v = rearrange(self.key_value(context), "b s (kv h d) -> kv b h s d", kv=2, h=self.num_heads)
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = scores.softmax(dim=-1)
+        return self.projection(rearrange(weights @ v, "b h t d -> b t (h d)")), weights
+
+
+@wrong("kv_cache", "values_from_keys")
+class KVValuesAreKeys(_KV):
+    def forward(self, x, cache=None):
+        q, k, _ = self.heads(x)
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)
+        T, S = q.shape[2], k.shape[2]
+        allowed = torch.ones(T, S, dtype=torch.bool).tril(S - T)
+        return self.attend(q, k, k, allowed), (k, k)
+
+
+class _DecoderReluMlp(nn.Module):
+    def __init__(self, dim, num_heads, mlp_dim, context_dim=None):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.self_attn = MultiHeadAttention(dim, num_heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.cross_attn = CrossEinsumChunk(dim, num_heads, context_dim)
+        self.norm3 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_dim), nn.ReLU(), nn.Linear(mlp_dim, dim))
+
+
+@wrong("decoder_block", "relu_for_gelu")
+class DecoderReluMlp(_DecoderReluMlp):
+    def forward(self, x, context, self_mask=None):
+        x = x + self.self_attn(self.norm1(x), causal=self_mask == "causal")
+        x = x + self.cross_attn(self.norm2(x), context)
+        return x + self.mlp(self.norm3(x))
+
+
+@wrong("decoder_block", ("returns_a_tuple", says("should return the output tensor alone")))
+class DecoderReturnsCrossWeights(_DecoderBase):
+    def forward(self, x, context, self_mask=None):
+        x = x + self.self_attn(self.norm1(x), causal=(self_mask == "causal"))
+        cross, weights = self.cross_attn(self.norm2(x), context, return_attention=True)
+        x = x + cross
+        return x + self.mlp(self.norm3(x)), weights

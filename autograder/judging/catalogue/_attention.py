@@ -192,11 +192,13 @@ def mha_class(merge="b h n d -> b n (h d)", merge_fn=None, einsum="bhal, bhlv ->
 
 
 def loop_class(head, combine="cat", project=True, head_width="split", same_head=False, pass_mask=True,
-               weights="stack1", detach_heads=False, honours_return_attention=True, exercise_projection=False):
+               weights="stack1", detach_heads=False, honours_return_attention=True, exercise_projection=False,
+               always_pair=False):
     """A wrong MultiHeadAttentionLoop over ``head`` (a head class). ``combine``: "cat" (right),
     "cat_tokens", "mean", "reversed"; ``weights``: "stack1" (right), "stack0", "stack_last",
     "mean", "last"; ``pass_mask=False`` calls the heads without the mask; ``detach_heads``:
-    head outputs detached; ``honours_return_attention=False`` always returns ``out`` alone;
+    head outputs detached; ``honours_return_attention=False`` always returns ``out`` alone,
+    ``always_pair=True`` always ``(out, weights)``;
     ``exercise_projection``: the projection stays Linear(emb_size, emb_size) whatever the width."""
     class MultiHeadAttentionLoop(nn.Module):
         def __init__(self, emb_size, num_heads):
@@ -222,7 +224,7 @@ def loop_class(head, combine="cat", project=True, head_width="split", same_head=
             else:
                 out = torch.stack(outputs).mean(0)
             out = self.projection(out) if project else out
-            if not (return_attention and honours_return_attention):
+            if not (return_attention and honours_return_attention) and not always_pair:
                 return out
             stacked = {"stack1": lambda: torch.stack(maps, dim=1), "stack0": lambda: torch.stack(maps, dim=0),
                        "cat": lambda: torch.cat(maps, dim=-1),

@@ -1,25 +1,26 @@
 """One question's entry in the catalogue: its references, its known mistakes and its own rules
 (grader side), and the table the chapters of the catalogue fill with :func:`add`.
 
-The lowest module of :mod:`autograder.judging.catalogue`: the chapters and their shared
-diagnoses import it; it imports nothing of the catalogue or of the judge.
+The lowest module of :mod:`autograder.judging.catalogue` (with ``_asks``, its data): the chapters
+and their shared mistakes import it; it imports nothing else of the catalogue or of the judge.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..model import Mistake
+from ._asks import ASKS
 
 
 @dataclass
 class Entry:
-    references: Callable[[], list]                 # correct answers (any may match)
+    references: Callable[[], list]                 # correct answers (any may match): built here, once per use
+    # the question's mistakes, in the order they are tried (autograder.judging.diagnosis.name_mistake):
+    # wrong answers (build), the references changed (change) and symptoms (detect)
     catalogue: Sequence[Mistake] = ()
     reference_parts: Callable[[], Any] | None = None  # parts for composite catalogue answers
-    # when no catalogued mistake matches: diagnose(question, data) -> a sentence naming the
-    # property that failed ("the output does not depend on the mask"), or None
-    diagnose: Callable[[Any, dict], str | None] | None = None
     # instead of comparing outputs with the references: verdict(question, case, student_case)
     # -> None when the case passes, else a sentence for the student (value questions: never
     # the expected value itself)
@@ -40,16 +41,20 @@ class Entry:
 _ENTRIES: dict[str, Entry] = {}
 
 
-def add(qid: str, references, catalogue=(), reference_parts=None, diagnose=None, verdict=None, match=None,
-        summary=None, draw_answer=None, measures=None) -> None:
+def add(qid: str, references, catalogue=(), reference_parts=None, verdict=None, match=None, summary=None,
+        draw_answer=None, measures=None) -> None:
     if qid in _ENTRIES:
         raise ValueError(f"duplicate catalogue entry {qid!r}")
-    _ENTRIES[qid] = Entry(references, tuple(catalogue), reference_parts, diagnose, verdict, match, summary,
-                          draw_answer, measures)
+    keys = [m.key for m in catalogue]
+    twice = sorted({k for k in keys if keys.count(k) > 1})
+    if twice:
+        raise ValueError(f"catalogue of {qid!r}: the keys {twice} name two mistakes")
+    asked = tuple(m if m.ask or m.key not in ASKS else dataclasses.replace(m, ask=ASKS[m.key]) for m in catalogue)
+    _ENTRIES[qid] = Entry(references, asked, reference_parts, verdict, match, summary, draw_answer, measures)
 
 
 def registered(qid: str) -> Entry:
-    """The entry ``qid`` added, for the catalogue's own diagnoses (the judge uses
+    """The entry ``qid`` added, for the catalogue's own code (the judge uses
     :func:`autograder.judging.catalogue.entry`, which loads every chapter first)."""
     if qid not in _ENTRIES:
         raise ValueError(f"no references or catalogue for question {qid!r}")

@@ -7,7 +7,8 @@ import numpy as np
 from ..model import Mistake
 from ._entry import add
 from ._common import vitref
-from ._properties import diagnose
+from ._changes import table_mistakes
+from ._symptoms import PROPERTIES, RECIPE_SAYS, TABLE
 
 
 def _reference():
@@ -152,4 +153,9 @@ Q1_MISTAKES = [
             _transposed),
 ]
 
-add('q1', references=_reference, catalogue=Q1_MISTAKES, diagnose=diagnose)
+# the table's counterfactuals, less the forms an entry above names: n_hardcoded(_100), exponent_i_over_d,
+# exponent_doubled_twice, exponent_seq_len, positions_from_one, sin_only
+_NAMED_TABLES = ("(n = 10000)", "(n = 100)", "(2i/(2d) in the exponent)", "(2i/(d/2) in the exponent)",
+                 "(2i/seq_len in the exponent)", "(rows start at position 1)", "(sines only)")
+
+add('q1', references=_reference, catalogue=[*Q1_MISTAKES, *table_mistakes("table", _NAMED_TABLES), *TABLE, *PROPERTIES, *RECIPE_SAYS])

@@ -10,7 +10,16 @@ from ..model import Mistake
 from ._entry import add
 from ._attention import attend, finite_fill_attention, finite_fill_head, head_class
 from ._common import mistaken_mask_softmax, vitref
-from ._properties import diagnose
+from ._changes import values_from_keys
+from ._symptoms import (
+    FLOAT64_RAISES, HEADS, INTEGER_TIMES_FLOAT, MASKS, OUTPUT_RIGHT_GRADIENT_WRONG, PROPERTIES,
+    RECIPE_SAYS, SLICES_DO_NOT_SUM_TO_ONE, WEIGHTS,
+)
+
+# the symptoms of an attention (masks, weights), in the order they are tried
+# (the generic "right without a mask, wrong with one" after the ones that say what the mask does wrong)
+ATTENTION_SYMPTOMS = (INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *MASKS[:-1], OUTPUT_RIGHT_GRADIENT_WRONG, *HEADS, *WEIGHTS,
+                      MASKS[-1], *PROPERTIES, *RECIPE_SAYS)
 
 
 def _softmax_variant(fn):
@@ -93,7 +102,9 @@ SOFTMAX_MISTAKES = [
             _softmax_variant(_unshifted_denominator)),
 ]
 
-add('softmax', references=lambda: [vitref().softmax], catalogue=SOFTMAX_MISTAKES, diagnose=diagnose)
+add('softmax', references=lambda: [vitref().softmax],
+    catalogue=[*SOFTMAX_MISTAKES, SLICES_DO_NOT_SUM_TO_ONE, INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES,
+               *RECIPE_SAYS])
 
 
 def _attention_references():
@@ -202,7 +213,8 @@ ATTENTION_MISTAKES = [
              returns="swapped"),
 ]
 
-add('attention', references=_attention_references, catalogue=ATTENTION_MISTAKES, diagnose=diagnose)
+add('attention', references=_attention_references,
+    catalogue=[*ATTENTION_MISTAKES, values_from_keys(), *ATTENTION_SYMPTOMS])
 
 
 def _head(**kwargs):
@@ -249,5 +261,5 @@ HEAD_MISTAKES = [
             _head(keys="query")),
 ]
 
-add('attention_head', references=lambda: [vitref().AttentionHead, finite_fill_head()], catalogue=HEAD_MISTAKES,
-    diagnose=diagnose)
+add('attention_head', references=lambda: [vitref().AttentionHead, finite_fill_head()],
+    catalogue=[*HEAD_MISTAKES, values_from_keys(), *ATTENTION_SYMPTOMS])

@@ -8,7 +8,10 @@ from ..model import Mistake
 from ._entry import add
 from ._attention import finite_fill_loop, finite_fill_mha, head_class, loop_class, mha_class
 from ._common import parts, vitref
-from ._properties import diagnose
+from ..diagnosis import View
+from ._changes import values_from_keys
+from ._symptoms import RETURNS_TUPLE
+from .ch03_attention import ATTENTION_SYMPTOMS
 
 
 def _mha(**kwargs):
@@ -94,8 +97,8 @@ MHA_MISTAKES = [
             "Keep the exercise's layers: nn.Linear(emb_size, 3 * emb_size) has a bias.", _mha(bias=False)),
 ]
 
-add('q5', references=lambda: [vitref().MultiHeadAttention, finite_fill_mha()], catalogue=MHA_MISTAKES,
-    diagnose=diagnose)
+add('q5', references=lambda: [vitref().MultiHeadAttention, finite_fill_mha()],
+    catalogue=[*MHA_MISTAKES, values_from_keys(), RETURNS_TUPLE, *ATTENTION_SYMPTOMS])
 
 
 def _loop(head=None, finite=False, **kwargs):
@@ -111,7 +114,7 @@ def _loop(head=None, finite=False, **kwargs):
     return build
 
 
-def _loop_mistake(key, title, hint, **kwargs):
+def _loop_mistake(key, title, hint, ask="", **kwargs):
     """A loop mistake over the parts' head, also over a head that fills -1e9 (fully masked
     rows uniform, as the notebook's given head computes them); a combination of the head
     outputs that changes their width also with the exercise's projection Linear(E, E), which
@@ -119,7 +122,7 @@ def _loop_mistake(key, title, hint, **kwargs):
     forms = [_loop(finite=True, **kwargs)]
     if kwargs.get("combine") in ("cat_tokens", "mean"):
         forms += [_loop(exercise_projection=True, **kwargs), _loop(finite=True, exercise_projection=True, **kwargs)]
-    return Mistake(key, title, hint, _loop(**kwargs), ("AttentionHead",), also=tuple(forms))
+    return Mistake(key, title, hint, _loop(**kwargs), ("AttentionHead",), also=tuple(forms), ask=ask)
 
 
 LOOP_MISTAKES = [
@@ -163,7 +166,38 @@ LOOP_MISTAKES = [
     _loop_mistake("return_attention_ignored", "return_attention=True still returns only the output",
             "With return_attention=True return a pair: (out, weights) with weights (B, h, N, N).",
             honours_return_attention=False),
+    _loop_mistake("return_attention_always_tuple", "(out, weights) returned even with return_attention=False",
+            "Return the pair only when return_attention=True; otherwise return the output tensor alone: "
+            "return (out, weights) if return_attention else out.", always_pair=True,
+            ask="A caller that writes out = attention(x) gets a tuple from yours: when does the exercise ask "
+                "forward for the weights as well?"),
 ]
 
-add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop, finite_fill_loop()], catalogue=LOOP_MISTAKES,
-    reference_parts=parts(AttentionHead=lambda: vitref().AttentionHead), diagnose=diagnose)
+def _per_head_projection(view: View) -> str | None:
+    """Read off the parameters the student's module declares (wording only: such a module fits no
+    reference, so it scores 0 whatever they say): a layer outside the heads that takes one head's
+    head_dim features instead of the emb_size of the concatenated heads."""
+    for case, student_case in view.cases:
+        E, h = case.params["E"], case.params["h"]
+        for record in student_case.get("modules") or []:
+            outside = [(str(name), tuple(shape)) for name, shape, _ in record.get("params") or []
+                       if not str(name).startswith("heads.") and len(shape) == 2]
+            per_head = [(name, shape) for name, shape in outside if shape[-1] == E // h and shape != (E, E)]
+            if per_head:
+                name, shape = per_head[0]
+                return (f"the output projection is applied to each head inside the loop: your {name} {shape} takes "
+                        f"one head's head_dim = {E // h} features; project once, after the loop, the concatenated "
+                        f"heads ({E} = emb_size features) with one nn.Linear(emb_size, emb_size)")
+    return None
+
+
+PER_HEAD_PROJECTION = Mistake(
+    "per_head_projection", "an output projection per head, inside the loop",
+    "Concatenate the heads' outputs first, then apply one self.projection = nn.Linear(emb_size, emb_size) to the "
+    "(B, N, emb_size) result.",
+    ask="Your loop projects each head's output on its own: does the output projection mix the heads, and when can "
+        "it see all of them?", detect=_per_head_projection)
+
+add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop, finite_fill_loop()],
+    catalogue=[*LOOP_MISTAKES, values_from_keys(), RETURNS_TUPLE, PER_HEAD_PROJECTION, *ATTENTION_SYMPTOMS],
+    reference_parts=parts(AttentionHead=lambda: vitref().AttentionHead))

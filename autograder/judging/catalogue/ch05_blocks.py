@@ -9,7 +9,11 @@ from torch import nn
 from ..model import Mistake
 from ._entry import add
 from ._common import parts, vitref
-from ._diagnosis import diagnosis, dropout_rule
+from ._changes import norm_over_tokens, norms_swapped, relu_for_gelu, residual_dropped, residual_multiplies
+from ._changes import residual_subtracts
+from ._symptoms import BLOCK_DROPOUT, GRADIENT_DIFFERS, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE
+
+BLOCK_SYMPTOMS = (*PROPERTIES, GRADIENT_DIFFERS, RETURNS_TUPLE, *RECIPE_SAYS)
 
 
 def _add_in_place(self, x, kw):
@@ -53,7 +57,8 @@ Q6_MISTAKES = [
             "Unpack them: self.fn(x, **kwargs).", _residual(lambda self, x, kw: x + self.fn(x, kw))),
 ]
 
-add('q6', references=lambda: [vitref().ResidualAdd], catalogue=Q6_MISTAKES, diagnose=diagnosis())
+add('q6', references=lambda: [vitref().ResidualAdd],
+    catalogue=[*Q6_MISTAKES, residual_multiplies(("",)), residual_subtracts(("",)), *BLOCK_SYMPTOMS])
 
 
 class AlwaysDropout(nn.Module):
@@ -143,7 +148,7 @@ Q7_MISTAKES = [
             _ffn(hidden="ignores_hidden_dim"), also=(_ffn_without_hidden_dim,)),
 ]
 
-add('q7', references=lambda: [vitref().FeedForwardBlock], catalogue=Q7_MISTAKES, diagnose=diagnosis(dropout_rule))
+add('q7', references=lambda: [vitref().FeedForwardBlock], catalogue=[*Q7_MISTAKES, *BLOCK_SYMPTOMS, *BLOCK_DROPOUT])
 
 
 def _block_reference(norm_first):
@@ -273,8 +278,12 @@ _VITREF_PARTS = parts(MultiHeadAttention=lambda: vitref().MultiHeadAttention,
                       ResidualAdd=lambda: vitref().ResidualAdd,
                       FeedForwardBlock=lambda: vitref().FeedForwardBlock)
 
-add('q7b', references=_block_reference(True), catalogue=BLOCK_MISTAKES, reference_parts=_VITREF_PARTS,
-    diagnose=diagnosis(dropout_rule))
+# a sub-layer's residual, the two norms: changes of the reference block
+BLOCK_CHANGES = (residual_dropped(), residual_multiplies(), residual_subtracts(), norms_swapped())
+
+add('q7b', references=_block_reference(True), catalogue=[*BLOCK_MISTAKES, *BLOCK_CHANGES, *BLOCK_SYMPTOMS,
+                                                         *BLOCK_DROPOUT],
+    reference_parts=_VITREF_PARTS)
 
 
 def _layernorm(body):
@@ -359,7 +368,7 @@ LN_MISTAKES = [
             _layernorm(_ln_no_keepdim)),
 ]
 
-add('layernorm', references=lambda: [vitref().LayerNorm], catalogue=LN_MISTAKES, diagnose=diagnosis())
+add('layernorm', references=lambda: [vitref().LayerNorm], catalogue=[*LN_MISTAKES, norm_over_tokens(), *BLOCK_SYMPTOMS])
 
 
 def _post_block(layout):
@@ -436,5 +445,5 @@ POST_MISTAKES = [
             _post_block("norm_then_residual"), ("MultiHeadAttention", "FeedForwardBlock")),
 ]
 
-add('post_ln_block', references=_block_reference(False), catalogue=POST_MISTAKES, reference_parts=_VITREF_PARTS,
-    diagnose=diagnosis())
+add('post_ln_block', references=_block_reference(False),
+    catalogue=[*POST_MISTAKES, *BLOCK_CHANGES, relu_for_gelu(), *BLOCK_SYMPTOMS], reference_parts=_VITREF_PARTS)

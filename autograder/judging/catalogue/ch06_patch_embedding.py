@@ -13,7 +13,8 @@ from torch import nn
 from ..model import Mistake
 from ._entry import add
 from ._common import parts, vitref
-from ._diagnosis import diagnosis, tokens_rule
+from ._changes import patch_order, table_mistakes
+from ._symptoms import FRESH_CLASS_TOKEN, GRADIENT_DIFFERS, PROPERTIES, RECIPE_SAYS, tokens
 from .ch01_tokens import PATCH_MISTAKES
 
 PATCH = "b c (h s1) (w s2) -> b (h w) (s1 s2 c)"
@@ -155,8 +156,8 @@ def _projection_mistakes(positions_forms):
     return found
 
 
-add('q2', references=_projection_reference, catalogue=Q2_MISTAKES,
-    diagnose=diagnosis(tokens_rule("patch_embeddings", class_token=False)))
+add('q2', references=_projection_reference,
+    catalogue=[*Q2_MISTAKES, patch_order(), *PROPERTIES, GRADIENT_DIFFERS, *tokens("patch_embeddings", False), *RECIPE_SAYS])
 
 def _pe_part():
     def getPositionEncoding(seq_len, d, n=10000):
@@ -247,8 +248,9 @@ Q3_MISTAKES += [
     *_projection_mistakes((None, "sinusoidal", "learned")),
 ]
 
-add('q3', references=_tokens_references(None, "sinusoidal", "learned"), catalogue=Q3_MISTAKES,
-    reference_parts=parts(getPositionEncoding=_pe_part), diagnose=diagnosis(tokens_rule("tokens", class_token=True)))
+add('q3', references=_tokens_references(None, "sinusoidal", "learned"),
+    catalogue=[*Q3_MISTAKES, patch_order(), FRESH_CLASS_TOKEN, *PROPERTIES, GRADIENT_DIFFERS, *tokens("tokens", True), *RECIPE_SAYS],
+    reference_parts=parts(getPositionEncoding=_pe_part))
 
 
 def _q4(mode):
@@ -345,8 +347,13 @@ Q4_MISTAKES += [
     *_projection_mistakes(("sinusoidal",)),
 ]
 
-add('q4', references=_tokens_references("sinusoidal"), catalogue=Q4_MISTAKES,
-    reference_parts=parts(getPositionEncoding=_pe_part), diagnose=diagnosis(tokens_rule("tokens", class_token=True)))
+add('q4', references=_tokens_references("sinusoidal"),
+    # (n = 10000 is the right table; rows from position 1: positions_from_one above; with n = 10000 an
+    # exponent 2i/(2d) is the table of n = 100, named so)
+    catalogue=[*Q4_MISTAKES, patch_order(),
+               *table_mistakes("positions", ("(n = 10000)", "(rows start at position 1)", "(2i/(2d) in the exponent)")),
+               FRESH_CLASS_TOKEN, *PROPERTIES, GRADIENT_DIFFERS, *tokens("tokens", True), *RECIPE_SAYS],
+    reference_parts=parts(getPositionEncoding=_pe_part))
 
 
 def _conv(stride="patch", flatten="b e h w -> b (h w) e"):
@@ -409,5 +416,5 @@ CONV_MISTAKES = [
             lambda parts: _SwappedConv),
 ]
 
-add('conv_patch_embedding', references=lambda: [vitref().ConvPatchEmbedding], catalogue=CONV_MISTAKES,
-    diagnose=diagnosis(tokens_rule("patch_embeddings", class_token=False)))
+add('conv_patch_embedding', references=lambda: [vitref().ConvPatchEmbedding],
+    catalogue=[*CONV_MISTAKES, *PROPERTIES, GRADIENT_DIFFERS, *tokens("patch_embeddings", False), *RECIPE_SAYS])

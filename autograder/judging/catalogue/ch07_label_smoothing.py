@@ -12,26 +12,43 @@ import torch.nn.functional as F
 
 from ..model import Mistake
 from ._entry import add
-from ._properties import dtype_mix
+from ._symptoms import FLOAT_MIX, GRADIENT_DIFFERS, PROPERTIES, RECIPE_SAYS
 
 
 def _reference(logits, targets, smoothing=0.1):
     return F.cross_entropy(logits, targets, label_smoothing=smoothing)
 
 
-def _stable_log_probs(logits):
-    shifted = logits - logits.amax(dim=-1, keepdim=True)
-    return shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
+def _stable_log_probs(logits, dim=-1):
+    shifted = logits - logits.amax(dim=dim, keepdim=True)
+    return shifted - torch.log(torch.exp(shifted).sum(dim=dim, keepdim=True))
 
 
-def _ls(form, stable=True, batch="mean"):
-    """A wrong smoothed cross-entropy, parametrised by the mistake."""
+# which class of each example gets the 1 - eps: (logits (B, C), targets (B,)) -> (B, C) of 0/1
+_TARGETS = {
+    "target": lambda logits, t: F.one_hot(t, logits.shape[-1]).to(logits.dtype),
+    # q[:, targets] += 1 - eps: every row gets every class that is some example's target
+    "columns": lambda logits, t: F.one_hot(t, logits.shape[-1]).amax(dim=0, keepdim=True).expand_as(logits)
+    .to(logits.dtype),
+    "predicted": lambda logits, t: F.one_hot(logits.argmax(dim=-1), logits.shape[-1]).to(logits.dtype),
+    "previous": lambda logits, t: F.one_hot((t - 1) % logits.shape[-1], logits.shape[-1]).to(logits.dtype),
+}
+
+
+def _ls(form, stable=True, batch="mean", target="target", dim=-1):
+    """A wrong smoothed cross-entropy, parametrised by the mistake: ``target``, the class that gets
+    the 1 - eps (``_TARGETS``); ``dim``, the axis of the log-softmax."""
     def build(parts):
         def smoothed_cross_entropy(logits, targets, smoothing=0.1):
-            log_probs = (_stable_log_probs(logits) if stable
-                         else torch.log(torch.exp(logits) / torch.exp(logits).sum(dim=-1, keepdim=True)))
+            if stable == "global":          # shifted by the largest logit of the batch, then log of the softmax
+                exps = torch.exp(logits - logits.amax())
+                log_probs = torch.log(exps / exps.sum(dim=dim, keepdim=True))
+            elif stable:
+                log_probs = _stable_log_probs(logits, dim)
+            else:
+                log_probs = torch.log(torch.exp(logits) / torch.exp(logits).sum(dim=-1, keepdim=True))
             C = logits.shape[-1]
-            nll = -log_probs.gather(-1, targets[:, None]).squeeze(-1)          # (B,)
+            nll = -(_TARGETS[target](logits, targets) * log_probs).sum(dim=-1)  # (B,)
             uniform = -log_probs.mean(dim=-1)                                   # (B,)
             if form == "right":
                 per = (1 - smoothing) * nll + smoothing * uniform
@@ -76,9 +93,20 @@ LS_MISTAKES = [
             "log-probabilities, not the log of a weighted sum of probabilities.", _ls("probabilities")),
     Mistake("batch_sum", "summed over the batch instead of averaging",
             "Return the mean over the batch (.mean()), as F.cross_entropy does by default.", _ls("right", batch="sum")),
+    Mistake("smoothing_wrong_class", "the 1 - eps put on another class than each example's target",
+            "Row b of the target distribution puts 1 - eps + eps / C on class targets[b], its own label, and eps / C "
+            "on every other class: index the row and the column together, q[torch.arange(B), targets].",
+            _ls("right", target="columns"), also=(_ls("right", target="predicted"), _ls("right", target="previous")),
+            ask="Look at one row of your target distribution: which class gets the large weight, and is it that "
+                "example's label?"),
+    Mistake("softmax_over_batch", "the log-softmax taken over the batch axis",
+            "Each example's log-probabilities are normalised over its classes: the maximum, the sum of exp and the "
+            "log-softmax along dim=-1 (keepdim=True).", _ls("right", dim=0), also=(_ls("right", stable="global", dim=0),),
+            ask="Add up exp of one row of your log-probabilities: do you get 1? Over which axis do you normalise?"),
     Mistake("unstable_log_softmax", "log(softmax) computed without subtracting the maximum",
             "exp(1000) overflows to inf and log(inf / inf) is NaN: use log_softmax(z) = z - max(z) - "
             "log(sum(exp(z - max(z)))).", _ls("right", stable=False)),
 ]
 
-add("label_smoothing", references=lambda: [_reference], catalogue=LS_MISTAKES, diagnose=lambda q, d: dtype_mix(d))
+add("label_smoothing", references=lambda: [_reference], catalogue=[*LS_MISTAKES, *PROPERTIES, FLOAT_MIX, GRADIENT_DIFFERS,
+                                                                    *RECIPE_SAYS])

@@ -12,8 +12,9 @@ from torch import nn
 from ..model import Mistake
 from ._entry import add
 from ._common import parts, vitref
-from ..variants import reference_outputs
-from ._properties_ch07_08 import first_wrong_output, standard
+from ..diagnosis import View
+from ._changes import blocks_reversed
+from ._symptoms import FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES, RECIPE_SAYS, by_tag, first_wrong_output, symptom
 
 
 def _vit_reference():
@@ -169,34 +170,64 @@ VIT_MISTAKES = [
 ]
 
 
-_VIT_TESTS = {
-    "grads": "the outputs are right but the gradients are not: the output must reach the images and every "
-             "parameter through autograd (no .detach(), .data or numpy)",
+def _vit_outputs(which: str):
+    """Which output is first wrong: the attention maps of block 0 depend only on the tokens
+    entering the blocks; the logits on everything."""
+    def detect(view: View) -> str | None:
+        found = first_wrong_output(view)
+        if found is None:
+            return None
+        wrong = found[1]
+        maps = [name for name in wrong if name.startswith("attention map")]
+        logits = [name for name in wrong if name.startswith("logits")]
+        if maps and not logits:
+            seen = "maps"
+        elif "attention map of block 0" in wrong:
+            seen = "tokens"
+        elif logits and not maps:
+            seen = "logits_only" if logits == ["logits (return_attention=True)"] else "head"
+        else:
+            return None
+        return _VIT_OUTPUTS[seen] if seen == which else None
+    return detect
+
+
+_VIT_OUTPUTS = {
+    "maps": ("the logits are right but the attention maps are not: return each block's weights (B, heads, N+1, "
+             "N+1), in block order, as a list"),
+    "tokens": ("the tokens entering the first block are wrong (its attention maps differ): check the patch "
+               "embedding, the class token (prepended as token 0, one copy per image) and the positions (added "
+               "to all N + 1 tokens)"),
+    "head": ("the blocks see the right tokens (every attention map is right) but the logits are wrong: after the "
+             "last block apply self.norm, then self.head to the class token (position 0)"),
+    "logits_only": "the logits with return_attention=True differ from those without it: both calls must compute the same",
 }
 
 
-def _vit_outputs_diagnose(question, data):
-    """Which output is first wrong: the attention maps of block 0 depend only on the tokens
-    entering the blocks; the logits on everything."""
-    found = first_wrong_output(question, data)
-    if found is None:
-        return None
-    case, wrong = found
-    maps = [name for name in wrong if name.startswith("attention map")]
-    logits = [name for name in wrong if name.startswith("logits")]
-    if maps and not logits:
-        return ("the logits are right but the attention maps are not: return each block's weights "
-                "(B, heads, N+1, N+1), in block order, as a list")
-    if "attention map of block 0" in wrong:
-        return ("the tokens entering the first block are wrong (its attention maps differ): check the patch "
-                "embedding, the class token (prepended as token 0, one copy per image) and the positions (added "
-                "to all N + 1 tokens)")
-    if logits and not maps:
-        return ("the blocks see the right tokens (every attention map is right) but the logits are wrong: after "
-                "the last block apply self.norm, then self.head to the class token (position 0)")
-    if logits == ["logits (return_attention=True)"]:
-        return "the logits with return_attention=True differ from those without it: both calls must compute the same"
-    return None
+VIT_SYMPTOMS = (
+    *PROPERTIES[1:], FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES[0],
+    by_tag("gradient_differs", "grads", "right outputs, wrong gradients",
+           "the outputs are right but the gradients are not: the output must reach the images and every parameter "
+           "through autograd (no .detach(), .data or numpy)",
+           "Your outputs are right and their gradients are not: where does autograd lose the path?"),
+    symptom("attention_maps_wrong", "right logits, wrong attention maps",
+            "Return each block's weights (B, heads, N+1, N+1), in block order, as a list.",
+            "Your logits are right: what exactly should the list of attention maps hold, and in which order?",
+            _vit_outputs("maps")),
+    symptom("tokens_before_blocks_wrong", "the tokens entering the first block are wrong",
+            "Patch embedding, then the class token prepended (token 0, one per image), then the positions added "
+            "to all N + 1 tokens.",
+            "The first block's attention maps already differ: which of the steps before the blocks (patches, class "
+            "token, positions) gives other tokens?", _vit_outputs("tokens")),
+    symptom("head_wrong", "the blocks are right, the classification is not",
+            "After the last block apply self.norm, then self.head to the class token (position 0).",
+            "Every attention map is right, the logits are not: what happens to the tokens after the last block?",
+            _vit_outputs("head")),
+    symptom("return_attention_changes_logits", "other logits with return_attention=True",
+            "Both calls compute the same logits; return_attention only adds the maps.",
+            "Why would asking for the attention maps change the logits?", _vit_outputs("logits_only")),
+    *RECIPE_SAYS,
+)
 
 
 def _vit_block_part():
@@ -206,9 +237,8 @@ def _vit_block_part():
         return v.TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
     return TransformerEncoderBlock
 
-add('vit_forward', references=_vit_reference, catalogue=VIT_MISTAKES,
-    reference_parts=parts(TransformerEncoderBlock=_vit_block_part),
-    diagnose=standard(_VIT_TESTS, _vit_outputs_diagnose))
+add('vit_forward', references=_vit_reference, catalogue=[*VIT_MISTAKES, blocks_reversed(), *VIT_SYMPTOMS],
+    reference_parts=parts(TransformerEncoderBlock=_vit_block_part))
 
 
 def _ce_reference():
@@ -316,16 +346,8 @@ CE_MISTAKES = [
 ]
 
 
-_CE_TESTS = {
-    "large": "the loss is right for moderate logits but not for logits near +-1000: the log-softmax overflows or "
-             "underflows; compute it as z - max(z) - log(sum(exp(z - max(z)))) with the maximum of each row",
-    "grads": "the loss is right but its gradient with respect to the logits is not: compute it with torch "
-             "operations on the logits (no .detach(), .data, numpy or .item())",
-}
-
-
-def _ce_shape(question, data):
-    for case, student_case in zip(question.cases, data.get("cases") or []):
+def _ce_shape(view: View) -> str | None:
+    for case, student_case in view.cases:
         loss = (student_case.get("outputs") or {}).get("loss")
         if loss is not None and np.shape(loss) not in ((), (1,)):
             return (f"the loss should be a single number (the mean over the batch), got shape {np.shape(loss)} "
@@ -333,15 +355,14 @@ def _ce_shape(question, data):
     return None
 
 
-def _ce_ratio(question, data):
+def _ce_ratio(view: View) -> str | None:
     """The same factor between the student's loss and the reference's on every moderate input."""
     ratios = []
-    for index, (case, student_case) in enumerate(zip(question.cases, data.get("cases") or [])):
-        loss = (student_case.get("outputs") or {}).get("loss")
-        if case.params.get("tests") == "large" or loss is None or np.size(loss) != 1:
+    for row in view.rows:
+        loss = (row.student.get("outputs") or {}).get("loss")
+        if row.case.params.get("tests") == "large" or loss is None or np.size(loss) != 1 or not row.references:
             continue
-        references, _ = reference_outputs(question, _ce_reference, index, student_case, verify=False)
-        want = float(np.ravel(references[0]["loss"])[0]) if references else 0.0
+        want = float(np.ravel(row.references[0]["loss"])[0])
         if abs(want) < 1e-6:
             continue
         ratios.append(float(np.ravel(loss)[0]) / want)
@@ -352,13 +373,36 @@ def _ce_ratio(question, data):
     return None
 
 
-def _ce_not_finite(question, data):
-    for case, student_case in zip(question.cases, data.get("cases") or []):
+def _ce_not_finite(view: View) -> str | None:
+    for case, student_case in view.cases:
         loss = (student_case.get("outputs") or {}).get("loss")
         if loss is not None and not np.all(np.isfinite(np.asarray(loss, dtype=np.float64))):
             return (f"the loss is {float(np.ravel(loss)[0])} on input {case.label}: the log-softmax overflows or "
                     f"underflows; subtract each row's maximum before exp and never take log(softmax)")
     return None
 
-add('cross_entropy', references=_ce_reference, catalogue=CE_MISTAKES,
-    diagnose=standard(_CE_TESTS, _ce_shape, _ce_not_finite, _ce_ratio))
+
+CE_SYMPTOMS = (
+    *PROPERTIES, FLOAT_MIX,
+    by_tag("large_logits_fail", "large", "right for moderate logits, wrong near +-1000",
+           "the loss is right for moderate logits but not for logits near +-1000: the log-softmax overflows or "
+           "underflows; compute it as z - max(z) - log(sum(exp(z - max(z)))) with the maximum of each row",
+           "Your loss is right for moderate logits only: what does exp give for a logit of 1000, or of -1000?"),
+    by_tag("gradient_differs", "grads", "right loss, wrong gradient",
+           "the loss is right but its gradient with respect to the logits is not: compute it with torch operations "
+           "on the logits (no .detach(), .data, numpy or .item())",
+           "Your loss is right and its gradient is not: where does autograd lose the path from the logits?"),
+    symptom("loss_not_scalar", "the loss is not a single number",
+            "Return the mean over the batch: a 0-dim tensor.",
+            "What should a loss over a batch be: one number per example, or one number?", _ce_shape),
+    symptom("loss_not_finite", "an infinite or NaN loss",
+            "Subtract each row's maximum before exp and never take log(softmax).",
+            "Your loss is not a finite number: which step overflows or takes the log of 0?", _ce_not_finite),
+    symptom("loss_scaled", "the loss off by a constant factor",
+            "The loss is the mean over the B examples of -log p(target).",
+            "Your loss is the expected one times the same number on every input: what do you divide by, and with "
+            "which sign?", _ce_ratio),
+    *RECIPE_SAYS,
+)
+
+add('cross_entropy', references=_ce_reference, catalogue=[*CE_MISTAKES, *CE_SYMPTOMS])

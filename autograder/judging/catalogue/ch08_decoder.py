@@ -14,7 +14,9 @@ from ..model import Mistake
 from ._entry import add
 from ...questions.common import first_if_tuple
 from ._common import mistaken_mask_softmax, parts, vitref
-from ._properties_ch07_08 import case_verdicts, first, standard, weights_problem
+from ..diagnosis import View
+from ._changes import norms_swapped, relu_for_gelu, values_from_keys
+from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE, by_tag, symptom
 from ...questions.ch08_decoder import (
     cross_mask,
 )
@@ -64,9 +66,9 @@ MASK_MISTAKES = [
 ]
 
 
-def _mask_diagnose(question, data):
-    """Read the student's (T, T) mask directly."""
-    for case, student_case in zip(question.cases, data.get("cases") or []):
+def _mask_problem(view: View) -> tuple[str, str] | None:
+    """(which, sentence), read off the student's (T, T) mask directly."""
+    for case, student_case in view.cases:
         mask = (student_case.get("outputs") or {}).get("mask")
         T = case.params["T"]
         if mask is None or T < 2:
@@ -74,22 +76,46 @@ def _mask_diagnose(question, data):
         mask = np.asarray(mask, dtype=np.float64)
         if mask.shape != (T, T):
             if mask.size == T * T:
-                return f"the mask should have shape (T, T) = ({T}, {T}), got {mask.shape}"
+                return "shape", f"the mask should have shape (T, T) = ({T}, {T}), got {mask.shape}"
             return None
         if not np.isin(mask, (0.0, 1.0)).all():
-            return "the mask should hold only 1/True (may attend) and 0/False (blocked)"
+            return "values", "the mask should hold only 1/True (may attend) and 0/False (blocked)"
         rows, cols = np.indices((T, T))
         allowed = mask != 0
         if (allowed & (cols > rows)).any():
             t, s = np.argwhere(allowed & (cols > rows))[0]
-            return f"the mask lets query {t} attend the later key {s}: keys s > t (the future) must be blocked"
+            return "future", f"the mask lets query {t} attend the later key {s}: keys s > t (the future) must be blocked"
         if (~allowed & (cols <= rows)).any():
             t, s = np.argwhere(~allowed & (cols <= rows))[0]
-            return f"the mask blocks query {t} from key {s} <= {t}: every key s <= t (itself included) is allowed"
+            return "past", (f"the mask blocks query {t} from key {s} <= {t}: every key s <= t (itself included) is "
+                            f"allowed")
     return None
 
 
-add('causal_mask', references=_mask_reference, catalogue=MASK_MISTAKES, diagnose=_mask_diagnose)
+def _mask_read(which: str):
+    def detect(view: View) -> str | None:
+        found = _mask_problem(view)
+        return found[1] if found and found[0] == which else None
+    return detect
+
+
+MASK_SYMPTOMS = (
+    symptom("mask_shape", "the mask is not (T, T)", "Return the (T, T) matrix itself.",
+            "How many rows and columns does a mask of T queries and T keys have?", _mask_read("shape")),
+    symptom("mask_values", "the mask holds values other than 0 and 1",
+            "1/True where a query may attend, 0/False where it is blocked.",
+            "Which two values should a mask hold, and what does each mean?", _mask_read("values")),
+    symptom("mask_sees_future", "a query may attend a later key",
+            "Keys s > t (the future) are blocked: the lower triangle, diagonal included.",
+            "Find a query in your mask that may look at a later position: should it?", _mask_read("future")),
+    symptom("mask_blocks_past", "a query is blocked from an earlier key (or itself)",
+            "Every key s <= t, the query itself included, is allowed.",
+            "Find a query in your mask that may not see an earlier position, or itself: should it be blocked?",
+            _mask_read("past")),
+)
+
+
+add('causal_mask', references=_mask_reference, catalogue=[*MASK_MISTAKES, *MASK_SYMPTOMS, *RECIPE_SAYS])
 
 # --------------------------------------------------------------------------- cross-attention
 
@@ -241,53 +267,131 @@ CROSS_MISTAKES = [
 ]
 
 
-_CROSS_TESTS = {
-    "mask": "the output with a context padding mask is wrong although the cases without a mask are right: block "
-            "the context positions where mask == 0 (fill their scores with -1e9 before the softmax), for every head "
-            "and query",
-    "mask_full": "the case with a query that may see no context position fails although the others pass: fill the "
-                 "blocked scores with -1e9 (not -inf, which gives 0/0 = NaN for such a query)",
-    "weights": "the output is right but the weights returned with return_attention=True are not: return the softmax "
-               "weights (B, heads, T, S), after masking",
-    "grads": "the outputs are right but the gradients are not: the output must reach x, context and every "
-             "parameter through autograd (no .detach(), .data or numpy)",
-}
+def weights_problem(weights, mask=None) -> tuple[str, str] | None:
+    """(which, sentence): what is wrong with attention weights ``(..., T, S)`` whatever the scores:
+    NaN rows, weight on blocked keys, rows not summing to 1 over the keys."""
+    w = np.asarray(weights, dtype=np.float64)
+    if w.ndim < 2:
+        return None
+    allowed = None
+    if mask is not None:
+        try:
+            allowed = np.broadcast_to(np.asarray(mask) != 0, w.shape)
+        except ValueError:
+            allowed = None
+    if np.isnan(w).any():
+        if allowed is not None and np.isnan(w[~allowed.any(-1)]).any():
+            return "nan", ("a query whose keys are all blocked gets NaN weights (softmax of a row of -inf is 0/0): fill "
+                           "blocked scores with a large negative number such as -1e9 instead of -inf")
+        return "nan", "the attention weights contain NaN"
+    if allowed is not None:
+        live = allowed.any(-1)
+        if (np.abs(np.where(allowed, 0.0, w)).max(-1)[live] > 1e-6).any():
+            if (np.abs(np.where(allowed, w, 0.0)).max(-1)[live] < 1e-6).any():
+                return "mask", ("the attention weights are nonzero exactly where the mask blocks a key and zero where "
+                                "it allows one: the mask polarity is inverted (block where mask == 0)")
+            return "mask", ("the attention weights are not zero where the mask blocks a key: the mask is not applied "
+                            "(or not passed on) before the softmax")
+    return _sums_problem(w, allowed)
 
 
-def _cross_weights_diagnose(question, data):
+def _sums_problem(w, allowed) -> tuple[str, str] | None:
+    sums = w.sum(-1)
+    ok = np.isclose(sums, 1.0, atol=1e-4)
+    if allowed is not None:
+        ok |= ~allowed.any(-1) & (np.isclose(sums, 0.0, atol=1e-4) | np.isclose(sums, 1.0, atol=1e-4))
+    if ok.all():
+        return None
+    if np.allclose(w.sum(-2), 1.0, atol=1e-4):
+        return "sum", "the attention weights sum to 1 over the queries (axis -2), not over the keys (the last axis)"
+    if allowed is not None and (sums[allowed.any(-1)] < 1 - 1e-4).all():
+        return "mask", ("the attention weights of a query do not sum to 1 over its allowed keys: the mask is applied "
+                        "after the softmax (set blocked scores to -1e9 before it)")
+    return "sum", "each row of attention weights (one query, over the keys) should sum to 1"
+
+
+def _cross_weights(which: str):
     """Properties of the returned attention weights, whatever the scores."""
-    for case, student_case in zip(question.cases, data.get("cases") or []):
-        got = (student_case.get("outputs") or {}).get("weights")
-        if got is None:
-            continue
-        p = case.params
-        found = weights_problem(got, cross_mask(p))
-        if found:
-            return f"{found} (on input {case.label})"
-        B, T, S = p["x"][0], p["x"][1], p["c"][1]
-        if np.shape(got) != (B, p["h"], T, S):
-            return (f"the attention weights should have shape (B, heads, T, S) = ({B}, {p['h']}, {T}, {S}), got "
-                    f"{np.shape(got)} (on input {case.label})")
-    return None
+    def detect(view: View) -> str | None:
+        for case, student_case in view.cases:
+            got = (student_case.get("outputs") or {}).get("weights")
+            if got is None:
+                continue
+            p = case.params
+            found = weights_problem(got, cross_mask(p))
+            B, T, S = p["x"][0], p["x"][1], p["c"][1]
+            if found is None and np.shape(got) != (B, p["h"], T, S):
+                found = "shape", (f"the attention weights should have shape (B, heads, T, S) = ({B}, {p['h']}, {T}, "
+                                  f"{S}), got {np.shape(got)}")
+            if found is not None:
+                return f"{found[1]} (on input {case.label})" if found[0] == which else None
+        return None
+    return detect
 
 
-def _cross_outputs_diagnose(question, data):
-    for case, student_case in zip(question.cases, data.get("cases") or []):
-        out = (student_case.get("outputs") or {}).get("out")
-        if out is None:
-            continue
-        if np.isnan(np.asarray(out, dtype=np.float64)).any() and case.params.get("full_rows"):
-            return ("a query that may see no context position gets NaN: with -inf fills its softmax is 0/0; fill the "
-                    "blocked scores with -1e9 instead")
-        p = case.params
-        B, T, S, E = p["x"][0], p["x"][1], p["c"][1], p["E"]
-        if np.shape(out) == (B, S, E) and S != T:
-            return "the output has one row per context position (B, S, E): the queries must come from x, (B, T, E)"
-    return None
+def _cross_outputs(which: str):
+    def detect(view: View) -> str | None:
+        for case, student_case in view.cases:
+            out = (student_case.get("outputs") or {}).get("out")
+            if out is None:
+                continue
+            if np.isnan(np.asarray(out, dtype=np.float64)).any() and case.params.get("full_rows"):
+                return ("a query that may see no context position gets NaN: with -inf fills its softmax is 0/0; fill "
+                        "the blocked scores with -1e9 instead") if which == "nan" else None
+            p = case.params
+            B, T, S, E = p["x"][0], p["x"][1], p["c"][1], p["E"]
+            if np.shape(out) == (B, S, E) and S != T:
+                return ("the output has one row per context position (B, S, E): the queries must come from x, "
+                        "(B, T, E)") if which == "rows" else None
+        return None
+    return detect
 
 
-add('cross_attention', references=lambda: [vitref().CrossAttention, _FiniteFillCross, _AdditiveCross], catalogue=CROSS_MISTAKES,
-    diagnose=standard(_CROSS_TESTS, _cross_weights_diagnose, _cross_outputs_diagnose))
+CROSS_SYMPTOMS = (
+    *PROPERTIES, FLOAT_MIX, RETURNS_TUPLE,
+    by_tag("context_mask_wrong", "mask", "right without a mask, wrong with a context padding mask",
+           "the output with a context padding mask is wrong although the cases without a mask are right: block the "
+           "context positions where mask == 0 (fill their scores with -1e9 before the softmax), for every head and "
+           "query",
+           "Your output is right without a mask: which scores does your mask block, and for which heads and queries?"),
+    by_tag("fully_blocked_query", "mask_full", "a query that may see no context position fails",
+           "the case with a query that may see no context position fails although the others pass: fill the blocked "
+           "scores with -1e9 (not -inf, which gives 0/0 = NaN for such a query)",
+           "Only the query that may see nothing fails: what does the softmax of a row of -inf give?"),
+    by_tag("returned_weights_wrong", "weights", "right output, wrong returned weights",
+           "the output is right but the weights returned with return_attention=True are not: return the softmax "
+           "weights (B, heads, T, S), after masking",
+           "Your output is right: which tensor do you return as the weights, and is it taken after the softmax?"),
+    by_tag("gradient_differs", "grads", "right outputs, wrong gradients",
+           "the outputs are right but the gradients are not: the output must reach x, context and every parameter "
+           "through autograd (no .detach(), .data or numpy)",
+           "Your outputs are right and their gradients are not: where does autograd lose the path?"),
+    symptom("weights_nan", "NaN attention weights", "Fill blocked scores with -1e9 instead of -inf.",
+            "Where do your weights become NaN, and what does the softmax of a row of -inf give?", _cross_weights("nan")),
+    symptom("weights_ignore_mask", "weight where the mask blocks a context position",
+            "Block where mask == 0: masked_fill(mask == 0, -1e9) before the softmax.",
+            "Look at a blocked context position (mask == 0) in your weights: is its weight zero?",
+            _cross_weights("mask")),
+    symptom("weights_rows_not_normalised", "rows of attention weights that do not sum to 1",
+            "The softmax is over the context positions (the last axis).",
+            "Add up one row of your weights (one query): is it 1? Over which axis is your softmax?",
+            _cross_weights("sum")),
+    symptom("weights_shape", "the weights are not (B, heads, T, S)", "Return every head's weights: (B, heads, T, S).",
+            "What shape should the weights of every head, query and context position have together?",
+            _cross_weights("shape")),
+    symptom("output_nan", "NaN for a query that may see no context position",
+            "Fill blocked scores with -1e9 instead of -inf.",
+            "Which query gets NaN, and what does the softmax of a row of -inf give?", _cross_outputs("nan")),
+    symptom("queries_from_context_rows", "one output row per context position",
+            "The queries come from x: the output is (B, T, E).",
+            "How many rows should the output have: one per decoder token, or one per context position?",
+            _cross_outputs("rows")),
+    *RECIPE_SAYS,
+)
+
+add('cross_attention', references=lambda: [vitref().CrossAttention, _FiniteFillCross, _AdditiveCross],
+    catalogue=[*CROSS_MISTAKES, values_from_keys(), *CROSS_SYMPTOMS])
+
 
 # --------------------------------------------------------------------------- decoder block
 
@@ -387,10 +491,6 @@ def _decoder(mode="right", cross=None):
                     x = x + self_attention(self.norm1(x))
                     x = x + self.mlp(self.norm2(x))
                     return x + cross_attention(self.norm3(x))
-                if mode == "norms_swapped":
-                    x = x + self_attention(self.norm2(x))
-                    x = x + cross_attention(self.norm1(x))
-                    return x + self.mlp(self.norm3(x))
                 if mode == "norm_in_residual":
                     x = self.norm1(x)
                     x = x + self_attention(x)
@@ -451,8 +551,6 @@ DEC_MISTAKES = [
          "context_normalised"),
     _dec("same_norm", "norm1 used before all three sub-layers",
          "Each sub-layer has its own LayerNorm: norm1, norm2 and norm3.", "same_norm"),
-    _dec("norms_swapped", "norm1 and norm2 swapped",
-         "norm1 before the self-attention, norm2 before the cross-attention, norm3 before the MLP.", "norms_swapped"),
     _dec("norm_in_residual", "the normalised x kept as the residual stream",
          "Pre-LN normalises only the sub-layer's input: x = x + sublayer(norm(x)); x = norm(x) followed by "
          "x = x + sublayer(x) normalises the skip path too.", "norm_in_residual"),
@@ -496,16 +594,9 @@ DEC_MISTAKES += [
 ]
 
 
-_DEC_TESTS = {
-    "causal": "with self_mask='causal' the outputs at earlier positions must not depend on later tokens",
-    "grads": "the outputs are right but the gradients are not: the output must reach x, context and every "
-             "parameter through autograd (no .detach(), .data or numpy)",
-}
-
-
-def _future_diagnose(question, data):
+def _future(view: View) -> str | None:
     """The student's own outputs: does an earlier position change when the last token changes?"""
-    for case, student_case in zip(question.cases, data.get("cases") or []):
+    for case, student_case in view.cases:
         outputs = student_case.get("outputs") or {}
         a, b = outputs.get("out"), outputs.get("out (last token changed)")
         if a is None or b is None or np.shape(a) != np.shape(b) or np.ndim(a) != 3:
@@ -517,17 +608,39 @@ def _future_diagnose(question, data):
     return None
 
 
-def _masks_diagnose(question, data):
+def _causal_cases_only(view: View) -> str | None:
     """Cases with self_mask='causal' fail, those without pass: the causal mask is wrong."""
-    verdicts = case_verdicts(question, data)
-    causal = [ok for case, ok in zip(question.cases, verdicts) if case.params["causal"]]
-    plain = [ok for case, ok in zip(question.cases, verdicts) if not case.params["causal"]]
-    if plain and all(ok is True for ok in plain) and any(ok is False for ok in causal):
+    causal = [row.status for row in view.rows if row.case.params["causal"]]
+    plain = [row.status for row in view.rows if not row.case.params["causal"]]
+    if plain and all(s == "ok" for s in plain) and any(s not in ("ok", "structure") for s in causal):
         return ("the block is right without a mask but wrong with self_mask='causal': pass causal=True to "
                 "self.self_attn (token t attends tokens s <= t)")
     return None
 
 
-add('decoder_block', references=_decoder_reference, catalogue=DEC_MISTAKES,
-    reference_parts=parts(MultiHeadAttention=lambda: _GivenMHA, CrossAttention=lambda: _FiniteFillCross),
-    diagnose=first(_future_diagnose, standard(_DEC_TESTS, _masks_diagnose)))
+DEC_SYMPTOMS = (
+    symptom("sees_the_future", "earlier outputs depend on later tokens",
+            "With self_mask='causal', pass causal=True to self.self_attn: token t attends tokens s <= t.",
+            "Change the last token: do the outputs of earlier positions change? Should they, with a causal mask?",
+            _future),
+    *PROPERTIES, FLOAT_MIX, RETURNS_TUPLE,
+    by_tag("causal_case_wrong", "causal", "the causal case fails",
+           "with self_mask='causal' the outputs at earlier positions must not depend on later tokens",
+           "With self_mask='causal', what may token t see?"),
+    by_tag("gradient_differs", "grads", "right outputs, wrong gradients",
+           "the outputs are right but the gradients are not: the output must reach x, context and every parameter "
+           "through autograd (no .detach(), .data or numpy)",
+           "Your outputs are right and their gradients are not: where does autograd lose the path?"),
+    symptom("causal_mask_wrong", "right without a mask, wrong with self_mask='causal'",
+            "Pass causal=True to self.self_attn when self_mask == 'causal' (token t attends tokens s <= t).",
+            "Your block is right without a mask: what does self_mask='causal' change in the self-attention?",
+            _causal_cases_only),
+    *RECIPE_SAYS,
+)
+
+
+_NORM_PAIRS = (("norm1", "norm2"), ("norm2", "norm3"), ("norm1", "norm3"))
+
+add('decoder_block', references=_decoder_reference,
+    catalogue=[*DEC_MISTAKES, norms_swapped(_NORM_PAIRS), relu_for_gelu(), *DEC_SYMPTOMS],
+    reference_parts=parts(MultiHeadAttention=lambda: _GivenMHA, CrossAttention=lambda: _FiniteFillCross))

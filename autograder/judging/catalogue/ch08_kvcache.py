@@ -13,7 +13,8 @@ from torch import nn
 from ..model import Mistake
 from ._entry import add
 from ._common import vitref
-from ._properties import dtype_mix
+from ._changes import values_from_keys
+from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS
 
 
 def _cached(cache_mode="append", causal="offset", scale="head", fill=float("-inf")):
@@ -88,4 +89,4 @@ def _references():
     return [vitref().CachedSelfAttention, _cached(fill=-1e9)(None)]
 
 
-add("kv_cache", references=_references, catalogue=KV_MISTAKES, diagnose=lambda q, d: dtype_mix(d))
+add("kv_cache", references=_references, catalogue=[*KV_MISTAKES, values_from_keys(), *PROPERTIES, FLOAT_MIX, *RECIPE_SAYS])

@@ -23,6 +23,8 @@ probe's own measurement is used. The verdict names what went wrong:
 * ``overtime``: train_vit ran longer than the seconds it was given;
 * ``one_class``: (almost) every image put in the same class, or parameters that became NaN/inf:
   the sign of a run that diverged;
+* ``learning_rate_too_large``: weights blown up far beyond what training leaves them (a learning
+  rate such as 1);
 * ``chance``: about one prediction in ten right, as without training;
 * ``undertrained``: it learned, but not to the accuracy asked.
 
@@ -50,6 +52,10 @@ from ._entry import add
 FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
 CHANCE_BELOW = 0.20         # at most this accuracy: no learning (chance is 0.10)
 ONE_CLASS_SHARE = 0.90      # at least this share of predictions in one class: collapsed
+# above this root-mean-square of the weights, a learning rate far too large blew them up: the given model
+# starts near 0.1 and the course's recipe keeps it there; AdamW moves each weight by about the learning
+# rate per step, so a learning rate of 1 gives several units within a minute (measured: 3.8 after 60 steps)
+LARGE_WEIGHTS_RMS = 1.0
 EVAL_BATCH = 500
 EVAL_SECONDS = 30.0         # the most wall-clock time the grader spends predicting the held-out images
 NOT_GIVEN = "the model is not the given FashionViT"
@@ -339,8 +345,10 @@ def _evaluate(case, student_case) -> dict:
     except TooSlow as error:
         return dict(scores, refused=str(error))
     counts = np.bincount(predicted, minlength=10)
+    weights = torch.cat([p.detach().reshape(-1).double() for p in model.parameters()])
     return dict(scores, accuracy=float((predicted == labels).mean()),
-                top_share=float(counts.max() / max(1, len(predicted))))
+                top_share=float(counts.max() / max(1, len(predicted))),
+                weights_rms=float(weights.pow(2).mean().sqrt()))
 
 
 def _overtime(case, scores) -> bool:
@@ -379,6 +387,8 @@ def match(question, data) -> str | None:
         return "one_class"
     if _overtime(case, scores):
         return "overtime"
+    if scores["weights_rms"] > LARGE_WEIGHTS_RMS:
+        return "learning_rate_too_large"
     if scores["top_share"] >= ONE_CLASS_SHARE:
         return "one_class"
     if scores["accuracy"] <= CHANCE_BELOW:
@@ -453,6 +463,7 @@ def _steps(lr, steps, optimizer_class, loss_fn=F.cross_entropy):
 # and then every parameter become NaN.
 _diverged = _steps(1e3, 8, torch.optim.SGD, _naive_cross_entropy)
 _few_steps = _steps(2e-3, 30, torch.optim.AdamW)        # stops after 30 steps, not on the clock
+_learning_rate_one = _steps(1.0, 60, torch.optim.AdamW)
 
 
 def _overtime_builder(parts):
@@ -469,6 +480,12 @@ MISTAKES = [
     Mistake("one_class", "a run that diverged",
             "The run diverged (the loss became NaN or huge): lower the learning rate (AdamW about 1e-3), "
             "warm it up over the first steps, and standardise the images to mean 0, std 1.", _diverged),
+    Mistake("learning_rate_too_large", "a learning rate far too large",
+            "AdamW moves every weight by about the learning rate at each step: with 1 the weights are thrown far "
+            "from anything useful within a few steps. Use about 1e-3 to 2e-3 (with a short warm-up).",
+            _learning_rate_one,
+            ask="Your model's weights are many times larger than training leaves them: how far does one optimizer "
+                "step move a weight, with your learning rate?"),
     Mistake("chance", "predictions at chance level",
             "The model did not learn: check that the optimizer steps (zero_grad, backward, step) run, that "
             "images and labels are shuffled with the same permutation, and that the returned model is the "

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import torch
 
+from ..messages import values_close
 from ..model import Mistake
 from ._entry import add, registered
 from ._common import vitref
@@ -24,24 +25,11 @@ def _value(v):
 
 
 def wrong(key, title, hint, *values):
-    """A mistake given as one or more wrong values (the first is the entry's answer)."""
+    """A mistake given as one or more wrong values (the first is the entry's answer). Neither the
+    title nor the hint states the expected value (tests/test_exercises_new.py holds it)."""
     first, *rest = values
-    return Mistake(key, title, hint, _value(first), also=tuple(_value(v) for v in rest))
-
-
-def values_close(got, expected, params) -> bool:
-    """Whether the answer ``got`` counts as ``expected`` under the case's comparison."""
-    got, expected = float(got), float(expected)
-    if math.isnan(got) and math.isnan(expected):
-        return True                                  # a catalogued "NaN" answer
-    if not (math.isfinite(got) and math.isfinite(expected)):
-        return False
-    if "options" in params:
-        return got == expected
-    atol, rtol = float(params.get("atol", 0.0)), float(params.get("rtol", 0.0))
-    if atol == 0 and rtol == 0:
-        return got == expected
-    return abs(got - expected) <= atol + rtol * abs(expected)
+    return Mistake(key, title, hint, _value(first), also=tuple(_value(v) for v in rest),
+                   ask=f"Your number is the one this slip gives: {title}. Which step of your reasoning could it be?")
 
 
 def value_verdict(question, case, student_case):
@@ -85,13 +73,14 @@ def _patch_numbers():
 
 concept("concept_patch_numbers", _patch_numbers, [
     wrong("forgot_channels", "counted one channel only",
-          "A patch of an RGB image holds P x P pixels with 3 numbers each: the flattened token has P*P*C numbers.",
+          "A patch of an RGB image holds P x P pixels, and a pixel of an RGB image is more than one number: count "
+          "every number of the patch.",
           64),
     wrong("counted_tokens", "counted the tokens, not the numbers in one token",
           "(32/8)^2 = 16 is the number of tokens of the image; the question asks how long one token vector is.",
           16),
     wrong("counted_pixels", "counted the pixels of the whole image",
-          "One token is one P x P patch, not the whole image: P*P*C numbers.", 1024, 3072),
+          "One token is one P x P patch, not the whole image: count the numbers of one patch.", 1024, 3072),
 ])
 
 # ------------------------------------------------------------------ 02 positional encoding
@@ -107,13 +96,14 @@ concept("concept_sinusoid_value", _sinusoid, [
           "Even columns 2i hold sin(k / n^(2i/d)), odd columns 2i+1 the cosine: column 2 is a sine (i = 1).",
           round(math.cos(5 / 10), 4)),
     wrong("column_as_i", "the column index used as i",
-          "Columns 2i and 2i+1 share one frequency: column 2 has i = 1, so the denominator is n^(2*1/d) = 100^(1/2).",
+          "Columns 2i and 2i+1 share one frequency: which pair i does column 2 belong to, and so which exponent "
+          "does its denominator have?",
           round(math.sin(5 / 100), 4), round(math.sin(5 / 100 ** 0.25), 4)),
     wrong("no_denominator", "the position without its denominator",
           "Each pair of columns divides the position by n^(2i/d) before the sine: sin(k / n^(2i/d)).",
           round(math.sin(5), 4)),
     wrong("degrees", "the angle read in degrees",
-          "numpy's sin takes radians: sin(0.5) for an angle of 0.5 rad.", round(math.sin(math.radians(0.5)), 4)),
+          "numpy's sin takes radians: the angle k / n^(2i/d) is used as it is, never converted to degrees.", round(math.sin(math.radians(0.5)), 4)),
 ])
 
 # ------------------------------------------------------------------ 03 attention
@@ -127,10 +117,11 @@ def _masked_row():
 
 concept("concept_masked_row", _masked_row, [
     wrong("zero_weights", "all weights zero",
-          "-1e9 is a finite number: all five scores become -1e9, equal, and the softmax of equal scores is uniform "
-          "(zeros are what -inf with NaN rows set to 0 gives, a different convention).", 0.0),
+          "-1e9 is a finite number: what are the five scores once they are filled, and what does the softmax make "
+          "of scores that are all alike? (Zeros are what -inf with NaN rows set to 0 gives, another convention.)", 0.0),
     wrong("one_weight", "one key gets all the weight",
-          "No score stands out when they are all -1e9: the softmax spreads the weight evenly over the keys.", 1.0),
+          "No score stands out when they are all -1e9: how does the softmax share the weight between keys whose "
+          "scores are the same?", 1.0),
     wrong("nan_row", "NaN",
           "NaN comes from -inf fills (exp(-inf) / sum = 0/0); -1e9 is finite, so the row is a proper softmax.",
           float("nan")),
@@ -147,13 +138,13 @@ def _heads_factor():
 
 concept("concept_heads_params", _heads_factor, [
     wrong("params_per_head", "each head adds its own full-size projections",
-          "The heads split emb_size: with h heads each has d = emb_size / h, and qkv stays one "
-          "(emb_size, 3 emb_size) layer whatever h is. Count the parameters of both modules.", 2.0),
+          "The heads split emb_size: with h heads each has d = emb_size / h features. Write down the shapes of qkv "
+          "and projection in both modules, then count.", 2.0),
     wrong("inverse_per_head", "smaller heads, fewer parameters",
-          "Smaller heads, but twice as many of them: h * d = emb_size in both modules.", 0.5),
+          "Smaller heads, but twice as many of them: count the weights of each module's layers.", 0.5),
     wrong("score_pairs", "the number of score matrices counted as parameters",
-          "More heads compute more (N x N) score matrices, but scores are activations, not parameters: the "
-          "learned weights are qkv and projection, whose shapes do not depend on h.", 4.0),
+          "More heads compute more (N x N) score matrices, but scores are activations, not parameters: count only "
+          "the learned weights, those of qkv and projection.", 4.0),
 ])
 
 # ------------------------------------------------------------------ 05 blocks
@@ -167,16 +158,14 @@ def _mlp_share():
 
 concept("concept_mlp_share", _mlp_share, [
     wrong("inverted", "attention over feed-forward",
-          "The question asks feed-forward / attention. Attention has 4 E x E matrices (q, k, v, projection); "
-          "the feed-forward block 2 E x 4E ones.", 0.5),
+          "The question asks feed-forward / attention, not attention / feed-forward.", 0.5),
     wrong("expansion", "the expansion factor",
-          "The hidden layer is 4 times wider, but there are two feed-forward matrices (8 E^2) against "
-          "attention's four (4 E^2).", 4.0),
+          "The hidden layer is 4 times wider, but that is not the whole count: how many weight matrices does each "
+          "sub-layer have, and of which shapes?", 4.0),
     wrong("equal", "equal shares",
-          "Count them: q, k, v and the output projection are 4 E^2 weights; the MLP's two layers E x 4E and 4E x E "
-          "are 8 E^2.", 1.0),
+          "Count them: write down every weight matrix of each sub-layer with its shape.", 1.0),
     wrong("three_matrices", "attention counted as three matrices (q, k, v)",
-          "Attention also has its output projection: 4 E^2, not 3 E^2.", 8 / 3),
+          "Attention also has its output projection: count it too.", 8 / 3),
 ])
 
 WARMUP_RIGHT = 2
@@ -184,13 +173,14 @@ WARMUP_RIGHT = 2
 concept("concept_warmup", lambda: WARMUP_RIGHT, [
     wrong("layernorm_init", "LayerNorm's initial weights",
           "LayerNorm's gain starts at 1 and its bias at 0, and both train from the first step: nothing waits for "
-          "the learning rate. Think about where post-LN's gradients are largest at initialisation.", 1),
+          "the learning rate. What is large at the first steps of a post-LN model, and what do the first optimizer "
+          "steps do with it?", 1),
     wrong("softmax_uniform", "the attention softmax",
-          "Warm-up does not act on the attention weights, and a uniform softmax at the start is harmless. Think "
-          "about the size of the first Adam steps and where post-LN's gradients are largest.", 3),
+          "Warm-up does not act on the attention weights, and the attention at the start does no harm. What does "
+          "a small learning rate protect during the first steps?", 3),
     wrong("residual_growth", "the residual stream grows",
-          "That is pre-LN: its residual stream grows slowly with depth, and it trains without warm-up. Post-LN "
-          "re-normalises after every sum; its problem is the gradients, largest near the output.", 4),
+          "That is pre-LN: its residual stream grows slowly with depth, and it trains without warm-up. What does "
+          "post-LN do after every sum, and what does that do to the first steps of training?", 4),
 ])
 
 # ------------------------------------------------------------------ 06 patch embedding
@@ -202,9 +192,9 @@ def _position_rows():
 
 concept("concept_position_rows", _position_rows, [
     wrong("no_class_token", "the class token forgotten",
-          "The table has one row per token, and the class token is a token too: N + 1 rows.", 196),
+          "The table has one row per token: are the patches the only tokens?", 196),
     wrong("per_side", "patches along one side",
-          "224 / 16 = 14 patches per side, 14 x 14 patches in all, plus the class token.", 14, 15),
+          "224 / 16 is the number of patches along one side; the table has a row for every token of the image.", 14, 15),
     wrong("pixels", "one row per pixel",
           "Positions belong to tokens (patches), not pixels.", 224 * 224, 224 * 224 + 1),
 ])
@@ -219,13 +209,13 @@ def _initial_loss():
 
 concept("concept_initial_loss", _initial_loss, [
     wrong("log10", "logarithm in base 10",
-          "The cross-entropy uses the natural logarithm: -ln(1/10).", 1.0),
+          "The cross-entropy uses the natural logarithm.", 1.0),
     wrong("log2", "logarithm in base 2",
-          "The cross-entropy uses the natural logarithm (nats, not bits): -ln(1/10).", round(math.log2(10), 4)),
+          "The cross-entropy uses the natural logarithm (nats, not bits).", round(math.log2(10), 4)),
     wrong("probability", "the probability, not the loss",
-          "Equal logits give every class probability 1/10; the loss is minus its logarithm.", 0.1),
+          "Equal logits give every class the same probability; the loss is not that probability but a function of it.", 0.1),
     wrong("zero", "zero loss",
-          "A loss of 0 means probability 1 on the right class; an untrained model is unsure: 1/10 per class.", 0.0),
+          "A loss of 0 means probability 1 on the right class; what probability do 10 equal logits give it?", 0.0),
 ])
 
 # ------------------------------------------------------------------ 08 decoder
@@ -240,9 +230,9 @@ concept("concept_decoding_work", _keys_without_cache, [
           "With a cache each step computes the key of the new token only (10 in all). Without it, step t "
           "recomputes the keys of all t tokens of the prefix.", 10),
     wrong("square", "T x T",
-          "Step t has t tokens, not 10: the prefix grows, 1 + 2 + ... + 10.", 100),
+          "Step t has t tokens, not 10: the prefix grows by one token at every step.", 100),
     wrong("off_by_one", "the last step left out (or the first)",
-          "Steps 1 to 10 compute 1, 2, ..., 10 keys: add all ten.", 45, 66),
+          "Count the steps again: both the first and the last step compute keys.", 45, 66),
 ])
 
 # ------------------------------------------------------------------ 09 training
@@ -255,7 +245,7 @@ DATA_RIGHT = 2
 concept("concept_augmentation", lambda: DATA_RIGHT, [
     wrong("bigger_model", "a larger model",
           "More blocks fit the 10,000 training images even better (they are at 99% already) and make every step "
-          "slower: the gap between training and held-out accuracy is overfitting, and more capacity widens it.", 1),
+          "slower: what does the gap between training and held-out accuracy tell you?", 1),
     wrong("larger_lr", "a larger learning rate",
           "The training images are learned already: the problem is generalisation, not optimisation, and a 10x "
           "learning rate risks the divergence warm-up protects against.", 3),
