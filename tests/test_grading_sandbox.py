@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from autograder.hosts import sandbox
@@ -261,11 +262,37 @@ def test_frames_reject_garbage():
     assert wire.frames(b"\x00\x00\x00\x02[]\x00\x00\x00\x00") == []
 
 
-def test_compressed_outputs_rejected():
-    import io
-    import zipfile
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr("a0.npy", b"\x00" * 1000)
-    with pytest.raises(ValueError, match="compressed"):
-        wire.read_result({"tree": {}}, buf.getvalue())
+def test_result_arrays_are_read_back_exactly_and_malformed_blobs_refused():
+    arrays = {"a0": np.arange(6, dtype=np.float64).reshape(2, 3), "a1": np.array([True, False]),
+              "a2": np.array(7, dtype=np.int64), "a3": np.zeros((0, 4))}
+    blob = wire.arrays_bytes(arrays)
+    back = wire._load_arrays(blob, "biuf")
+    assert list(back) == list(arrays)
+    for name, value in arrays.items():
+        assert back[name].dtype == value.dtype and np.array_equal(back[name], value)
+    assert back["a0"].flags.writeable                  # a copy, not a view of the sent bytes
+    head = blob[8:8 + int.from_bytes(blob[4:8], "big")]
+
+    def forged(meta, data=b""):
+        text = json.dumps(meta).encode()
+        return b"ARR1" + len(text).to_bytes(4, "big") + text + data
+
+    refusals = {
+        b"PK\x03\x04" + blob[4:]: "not an array blob",                           # an .npz (a zip) is not read
+        blob + b"x": "left over",
+        blob[:-1]: "larger than the bytes sent",
+        forged([["a0", "|O8", [1]]], b"\0" * 8): "not accepted",                   # objects (pickles) never
+        forged([["a0", ">f8", [1]]], b"\0" * 8): "not accepted",                   # big-endian is refused
+        forged([["a0", "<f8", [2 ** 62, 2 ** 62]]]): "larger than the bytes sent",
+        forged([["a0", "<f8", [-1]]]): "malformed shape",
+        forged([["a0", "<f8", [1]], ["a0", "<f8", [1]]], b"\0" * 16): "not accepted",   # a name twice
+        forged({"a0": 1}): "malformed array list",
+    }
+    for bad, reason in refusals.items():
+        with pytest.raises(ValueError, match=reason):
+            wire._load_arrays(bad, "biuf")
+    with pytest.raises(ValueError, match="has dtype <U3"):
+        wire._load_arrays(wire.arrays_bytes({"s": np.array(["abc"])}), "biuf")    # strings: inputs only
+    assert head.startswith(b"[[")
+    with pytest.raises(ValueError, match="not an array blob"):
+        wire.read_result({"tree": {}}, b"garbage")

@@ -75,7 +75,7 @@ class LocalHost:
             path.write_bytes(notebook)
             options = dict(options or {}, timeout=timeout, data_fd=data_r)
             if inputs:
-                (work / ".autograder-inputs.npz").write_bytes(inputs)
+                (work / ".autograder-inputs.bin").write_bytes(inputs)
             out = work / "frames.bin"
             out.touch()
             spec = work / "spec.json"

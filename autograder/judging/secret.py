@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import io
 
 import numpy as np
 import torch
@@ -30,6 +29,7 @@ import torch
 from ..questions import inputs as I
 from ..questions import question
 from ..questions.base import Question
+from ..student import wire
 from .catalogue import entry
 
 
@@ -211,11 +211,8 @@ def public_inputs(qids) -> bytes:
 
 
 def pack_inputs(arrays: dict[str, np.ndarray], pool: np.ndarray) -> bytes:
-    """The arrays and the parameter pool as one uncompressed ``.npz`` (no pickle): what the
-    sandbox receives. The descriptions travel in ``keys`` (a unicode array)."""
+    """The arrays and the parameter pool as one blob (:func:`autograder.student.wire.arrays_bytes`;
+    no pickle): what the sandbox receives. The descriptions travel in ``keys`` (a unicode array)."""
     names = sorted(arrays)
-    buffer = io.BytesIO()
-    # numpy's stub gives **kwds the type of savez's allow_pickle: bool
-    np.savez(buffer, keys=np.array(names, dtype=np.str_), pool=np.asarray(pool, dtype=np.float32),
-             **{f"a{i}": arrays[name] for i, name in enumerate(names)})  # type: ignore[arg-type]
-    return buffer.getvalue()
+    return wire.arrays_bytes({"keys": np.array(names, dtype=np.str_), "pool": np.asarray(pool, dtype=np.float32),
+                              **{f"a{i}": arrays[name] for i, name in enumerate(names)}})

@@ -41,7 +41,7 @@ from .cells import CellTimeout, SubmissionError, _on_alarm, read_cells, run_cell
 from .probe import probe
 
 GRACE = 1.0          # seconds kept back from the sandbox's hard limit for sending results
-INPUTS_FILE = ".autograder-inputs.npz"
+INPUTS_FILE = ".autograder-inputs.bin"
 REAP_WAIT = 10.0     # seconds to wait for init's answer to a reap request
 EXIT_GRACE = 0.5     # seconds a probe's process has, after its result, to end
 

@@ -1,8 +1,8 @@
 """The probe: runs a student's answer on the given inputs, in the student's process.
 
 It returns plain data only (dicts, lists, numpy arrays, numbers, strings), so the result
-can cross a process boundary as ``.npz`` + JSON and be judged elsewhere. It holds no
-reference code and no secret: the inputs come from the source in force
+can cross a process boundary as raw arrays + JSON (:mod:`autograder.student.wire`) and be
+judged elsewhere. It holds no reference code and no secret: the inputs come from the source in force
 (:mod:`autograder.questions.inputs`; in the grading sandbox, the arrays the grader sent).
 Nothing it reports is trusted for a score except the numbers, which the grader recomputes:
 outputs, input gradients and parameter gradients are arrays, and every property (float64

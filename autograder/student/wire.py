@@ -1,19 +1,20 @@
 """What crosses the sandbox's boundary, in both directions, and its format.
 
 Out of the sandbox, a stream of *frames*: 4-byte length + JSON header, 4-byte length + blob.
-A probe result is a header ``{"event": "result", "qid", "tree"}`` whose blob is an
-uncompressed ``.npz`` of its arrays (numbers and booleans only, loaded without pickle); the
-JSON tree holds dicts with string keys, lists, strings, numbers, booleans, None and
-references to those arrays. Anything else is refused when packing and when reading.
+A probe result is a header ``{"event": "result", "qid", "tree"}`` whose blob holds its arrays
+(:func:`arrays_bytes`: a JSON list of name, dtype and shape, then each array's raw bytes; numbers
+and booleans only, no pickle, no compression); the JSON tree holds dicts with string keys, lists,
+strings, numbers, booleans, None and references to those arrays. Anything else is refused when
+packing and when reading.
 
 Into the sandbox: the notebook's bytes and the inputs of this run (:func:`read_inputs`).
 """
 from __future__ import annotations
 
-import io
 import json
+import math
+import re
 import struct
-import zipfile
 
 import numpy as np
 
@@ -89,17 +90,70 @@ def unpack(arrays: dict, tree):
     return walk(tree)
 
 
-def npz_bytes(arrays: dict) -> bytes:
-    buffer = io.BytesIO()
-    np.savez(buffer, **arrays)
-    return buffer.getvalue()
+_ARRAYS_MAGIC = b"ARR1"
+# what an array may be: little-endian (or byte-sized) numbers, booleans, short unicode strings
+_DTYPES = re.compile(r"[<|](?:[fiu][1248]|b1|U[0-9]{1,4})")
+MAX_ARRAYS = 100_000
+MAX_NDIM = 32
+
+
+def arrays_bytes(arrays: dict) -> bytes:
+    """``arrays`` (name -> numpy array) as one blob: ``ARR1``, a 4-byte length and a JSON list of
+    ``[name, dtype, shape]``, then each array's bytes in C order, in the list's order. Many small
+    arrays cost a copy each here (an ``.npz`` costs a zip entry and a CRC each)."""
+    meta, chunks = [], []
+    for name, value in arrays.items():
+        value = np.asarray(value)
+        if not value.flags.c_contiguous:
+            value = value.copy(order="C")                 # (np.ascontiguousarray makes a 0-d array 1-d)
+        if value.dtype.byteorder == ">":
+            value = value.astype(value.dtype.newbyteorder("<"))
+        meta.append([str(name), value.dtype.str, list(value.shape)])
+        chunks.append(value.tobytes())
+    head = json.dumps(meta).encode()
+    return _ARRAYS_MAGIC + struct.pack(">I", len(head)) + head + b"".join(chunks)
+
+
+def _load_arrays(blob: bytes, kinds: str) -> dict:
+    """The arrays of an :func:`arrays_bytes` blob, each a fresh copy, checked: only dtypes whose kind
+    is in ``kinds``, shapes that fit the bytes exactly, nothing left over; else ValueError."""
+    if len(blob) > MAX_BYTES:
+        raise ValueError(f"larger than {MAX_BYTES >> 20} MiB")
+    if len(blob) < 8 or blob[:4] != _ARRAYS_MAGIC:
+        raise ValueError("not an array blob")
+    (size,) = struct.unpack(">I", blob[4:8])
+    if 8 + size > len(blob):
+        raise ValueError("truncated array list")
+    meta = json.loads(blob[8:8 + size])
+    if type(meta) is not list or len(meta) > MAX_ARRAYS:
+        raise ValueError("malformed array list")
+    arrays, offset = {}, 8 + size
+    for entry in meta:
+        if type(entry) is not list or len(entry) != 3:
+            raise ValueError("malformed array entry")
+        name, dtype, shape = entry
+        if type(name) is not str or name in arrays or type(dtype) is not str or not _DTYPES.fullmatch(dtype):
+            raise ValueError(f"array {str(name)[:40]!r}: dtype {str(dtype)[:20]!r} not accepted")
+        kind = np.dtype(dtype)
+        if kind.kind not in kinds:
+            raise ValueError(f"array {name[:40]!r} has dtype {kind}")
+        if type(shape) is not list or len(shape) > MAX_NDIM or any(type(d) is not int or d < 0 for d in shape):
+            raise ValueError(f"array {name[:40]!r}: malformed shape")
+        count = math.prod(shape)
+        if offset + count * kind.itemsize > len(blob):
+            raise ValueError(f"array {name[:40]!r}: its shape {tuple(shape)} is larger than the bytes sent")
+        arrays[name] = np.frombuffer(blob, kind, count, offset).reshape(shape).copy()
+        offset += count * kind.itemsize
+    if offset != len(blob):
+        raise ValueError("bytes left over after the arrays")
+    return arrays
 
 
 def result_frame(qid: str, data: dict, sign=None) -> bytes:
     """The frame of one probe result; ``sign``: the run's signer (:func:`autograder.student.guard.sign`),
     whose MAC of :func:`signed_bytes` goes in the header as ``mac``."""
     arrays, tree = pack(data)
-    header, blob = {"event": "result", "qid": qid, "tree": tree}, npz_bytes(arrays)
+    header, blob = {"event": "result", "qid": qid, "tree": tree}, arrays_bytes(arrays)
     if sign is not None:
         header["mac"] = sign(signed_bytes(header, blob))
     return frame(header, blob)
@@ -111,24 +165,9 @@ def signed_bytes(header: dict, blob: bytes) -> bytes:
     return json.dumps(head, sort_keys=True, allow_nan=True).encode() + b"\0" + blob
 
 
-def _load_npz(blob: bytes, kinds: str) -> dict:
-    if len(blob) > MAX_BYTES:
-        raise ValueError(f"larger than {MAX_BYTES >> 20} MiB")
-    with zipfile.ZipFile(io.BytesIO(blob)) as archive:
-        # numpy.savez stores arrays uncompressed: anything else could be a zip bomb
-        if any(info.compress_type != zipfile.ZIP_STORED for info in archive.infolist()):
-            raise ValueError("compressed arrays are not accepted")
-    with np.load(io.BytesIO(blob), allow_pickle=False) as npz:
-        arrays = {key: np.array(npz[key]) for key in npz.files}
-    for key, value in arrays.items():
-        if value.dtype.kind not in kinds:
-            raise ValueError(f"array {key} has dtype {value.dtype}")
-    return arrays
-
-
 def read_result(header: dict, blob: bytes) -> dict:
     """A probe result sent by the student's process, checked: plain data or ValueError."""
-    data = unpack(_load_npz(blob, "biuf"), header.get("tree"))
+    data = unpack(_load_arrays(blob, "biuf"), header.get("tree"))
     if not isinstance(data, dict) or not isinstance(data.get("cases", []), list):
         raise ValueError("malformed probe result")
     return data
@@ -145,7 +184,7 @@ def read_inputs(blob: bytes, source_class=None):
         # import this module for its frames alone
         from ..questions.inputs import ProvidedSource as source_class
 
-    arrays = _load_npz(blob, "biufU")
+    arrays = _load_arrays(blob, "biufU")
     keys = [str(k) for k in arrays.pop("keys")]
     pool = arrays.pop("pool")
     return source_class({key: arrays[f"a{i}"] for i, key in enumerate(keys)}, pool)

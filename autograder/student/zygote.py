@@ -298,7 +298,7 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
     inputs = notebook[int(req.get("notebook_size", len(notebook))):]
     if inputs:
         # the arrays the grader drew for this run (read, then deleted, by the payload)
-        name = os.path.basename(str((req.get("options") or {}).get("inputs_file", ".autograder-inputs.npz")))
+        name = os.path.basename(str((req.get("options") or {}).get("inputs_file", ".autograder-inputs.bin")))
         with open(os.path.join(workdir, name), "wb") as fh:
             fh.write(inputs)
         if root:
