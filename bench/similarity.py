@@ -489,7 +489,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--threshold", type=float, default=similarity.DEFAULT_THRESHOLD)
     parser.add_argument("--grading-seconds", type=float, default=214.0,
-                        help="the grading time of 100 x 8 to compare with (README: bench.grading, 214 s)")
+                        help="the grading time of 100 x 8 to compare with (For instructors: bench.grading, 214 s)")
     args = parser.parse_args(argv)
     made, small = measure(args.students, ASSIGNMENTS, args.seed, args.threshold)
     result = scores(made, small.reported)

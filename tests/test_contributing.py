@@ -310,3 +310,15 @@ def test_every_noqa_says_why():
                 if found and not re.match(r":\s*[A-Z]+\d+(?:\s*,\s*[A-Z]+\d+)*\s+-\s+\S", found.group(1)):
                     bare.append(f"{path.relative_to(root)}:{comment.start[0]}")
     assert not bare, f"give each of these noqa its reason, as '# noqa: CODE - why': {bare}"
+
+
+def test_readme_is_a_two_minute_read_and_the_instructors_reference_is_a_page_of_the_book():
+    """The README holds what a newcomer needs (at most 150 lines); the instructor's reference is
+    the book's page For instructors, listed in _toc.yml and linked from the README."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    lines = len(readme.splitlines())
+    assert lines <= 150, f"README.md has {lines} lines: move reference text to book/for_instructors.md"
+    assert "](book/for_instructors.md)" in readme
+    assert "file: book/for_instructors" in (ROOT / "_toc.yml").read_text(encoding="utf-8")
+    page = (ROOT / "book" / "for_instructors.md").read_text(encoding="utf-8")
+    assert page.startswith("# For instructors\n") and "## Grading a class" in page and "### Gradescope" in page

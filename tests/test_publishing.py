@@ -162,10 +162,13 @@ def _pyproject() -> dict:
     return tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
+INSTRUCTORS = ROOT / "book" / "for_instructors.md"     # the instructor's reference (a page of the book)
+
+
 def readme_autograder_commands() -> list[list[str]]:
-    """The autograder command lines of the README's Slurm script and Kubernetes Job, as argv
-    after `autograder` (shell variables replaced by what the shard index would be)."""
-    readme = (ROOT / "README.md").read_text()
+    """The autograder command lines of the instructors' page's Slurm script and Kubernetes Job, as
+    argv after `autograder` (shell variables replaced by what the shard index would be)."""
+    readme = INSTRUCTORS.read_text()
     found = []
     for block in re.findall(r"```(?:bash|yaml)\n(.*?)```", readme, flags=re.S):
         if "SLURM_ARRAY_TASK_ID" not in block and "JOB_COMPLETION_INDEX" not in block:
@@ -221,7 +224,7 @@ def test_readme_job_and_slurm_commands_parse_with_the_entry_point(capsys):
 
 
 def test_readme_points_the_job_slurm_and_gradescope_at_the_dockerfile():
-    readme = (ROOT / "README.md").read_text()
+    readme = INSTRUCTORS.read_text()
     assert "registry.example.org" not in readme
     assert "docker build -t vitref-course ." in readme
     job = re.search(r"kind: Job\n(.*?)```", readme, flags=re.S).group(1)

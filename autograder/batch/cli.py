@@ -234,7 +234,7 @@ def _print_plan(todo: list[Task], shown: list[Task], jobs: int, shard: tuple[int
           flush=True)
     if sandbox_mode != "bwrap":
         print("warning: bubblewrap is not usable here; the sandbox is weaker "
-              f"(mode {sandbox_mode!r}, see the README's Grading section)", file=sys.stderr)
+              f"(mode {sandbox_mode!r}, see 'Grading a class' in the book's page For instructors)", file=sys.stderr)
 
 
 def _grade(todo: list[Task], jobs: int, options: dict, by_key: dict, results: dict, root: Path,

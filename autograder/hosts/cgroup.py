@@ -14,7 +14,7 @@ Where it works:
 * cgroup v1 (a writable ``memory`` hierarchy, e.g. running as root in a container);
 
 elsewhere :func:`job_group` returns None and only the per-process limits hold (the grader
-says so once, and the README states it).
+says so once, and book/for_instructors.md states it).
 
 :func:`cpu_group` likewise gives a job's processes together at most one CPU of time (cgroup v2
 ``cpu.max``, v1 ``cpu.cfs_quota_us``), where the ``cpu`` controller is delegated/writable. It

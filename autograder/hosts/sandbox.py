@@ -24,7 +24,7 @@ Where bubblewrap is missing or cannot create its namespaces, :func:`mode` says s
 zygote runs without the outer layer: as root the per-submission namespaces, limits and
 the unprivileged uid still apply and the course, grades and submissions folders are hidden
 behind empty mounts; without root only the resource limits, a scrubbed environment and
-a private working directory remain (see the README's "Grading" section).
+a private working directory remain (see "Grading a class" in book/for_instructors.md).
 """
 from __future__ import annotations
 

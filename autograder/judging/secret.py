@@ -62,7 +62,7 @@ def class_order(salt: int, classes: int) -> np.ndarray:
     ``salt``: a permutation drawn from the salt in which no class keeps its own number (a
     derangement), the same for every data set split of the run. Without the salt it cannot be
     known in advance; a run's own training labels show it to a model that already knows the
-    classes (the README's "What remains possible")."""
+    classes ("What remains possible" in book/for_instructors.md)."""
     identity = np.arange(int(classes))
     if classes < 2:
         return identity

@@ -33,7 +33,7 @@ the payload checks it when a probe's process starts and before it sends the prob
 change there fails the question ("the notebook changed ..."): a route this module does not know of
 still has to change something the seal sees.
 
-What stays possible is said in the README ("What the sandbox enforces"). This module defines no class:
+What stays possible is said in book/for_instructors.md ("What the sandbox enforces"). This module defines no class:
 a class is reachable through ``object.__subclasses__()``, and its methods' ``__globals__`` would lead to
 the hook's state.
 """
