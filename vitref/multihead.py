@@ -4,17 +4,14 @@
   :class:`~vitref.attention.AttentionHead` modules, outputs concatenated, then ``W^O``.
 * :class:`MultiHeadAttention` computes the same function with one ``qkv`` projection,
   einops ``rearrange`` and batched matrix products (the slides' Q5). It is what the models use.
-  Its ``forward`` computes the attention step by step, for all heads at once, as chapter 3 does
-  for one head: the scores, the mask (:func:`allowed_keys`), a softmax (chapter 3's
-  :func:`~vitref.attention.softmax` when a mask is given, ``torch.softmax`` without one), dropout,
-  and the weighted sum of the values.
-* PyTorch's fused kernel ``F.scaled_dot_product_attention`` is a named fast path, the same
-  function without the weights, taken only in the cases :func:`use_fused_kernel` lists: nothing
-  masked (``causal`` is the kernel's own flag) and no weights requested, on a GPU or for more than
-  :data:`EXPLICIT_MAX_KEYS` keys on a CPU. Every other call, ``return_attention=True`` included,
-  takes the step-by-step path.
-* :class:`CrossAttention` (queries from one sequence, keys and values from another) has the same
-  two paths, chosen by the same function.
+* :func:`attend` is the attention itself, written once for all heads at once, as chapter 3 does
+  for one head: the scores, the mask (:func:`allowed_keys`), a softmax, dropout, and the weighted
+  sum of the values. PyTorch's fused kernel ``F.scaled_dot_product_attention`` is a named fast
+  path inside it, the same function without the weights, taken only in the cases
+  :func:`use_fused_kernel` lists: nothing masked (``causal`` is the kernel's own flag) and no
+  weights requested, on a GPU or for more than :data:`EXPLICIT_MAX_KEYS` keys on a CPU.
+* :class:`CrossAttention` (queries from one sequence, keys and values from another) calls the
+  same :func:`attend`.
 
 :func:`fused_from_loop` copies a loop module's weights into a fused one, so the two can be
 compared number for number.
@@ -69,6 +66,28 @@ def allowed_keys(mask, causal: bool, scores_shape: torch.Size, device=None) -> t
     return allowed
 
 
+def attend(q, k, v, mask=None, causal: bool = False, dropout_p: float = 0.0, need_weights: bool = False):
+    """Attention for all heads at once, as chapters 3 and 4 compute it: ``q (B, h, T, d)``,
+    ``k, v (B, h, S, d)`` -> ``(out (B, h, T, d), weights (B, h, T, S) or None)``.
+
+    The scores ``q k^T / sqrt(d)``, the keys each query may see (:func:`allowed_keys`), a softmax
+    (chapter 3's :func:`~vitref.attention.softmax` when something is masked: a query that may
+    attend nothing gets zero weights, not NaN), dropout on the weights (``dropout_p``), and the
+    weighted sum of the values. Where :func:`use_fused_kernel` says so, PyTorch's fused kernel
+    computes the same function instead (no weights then)."""
+    if use_fused_kernel(q.device, k.shape[-2], mask, need_weights):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, dropout_p=dropout_p), None
+    scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-2, -1)                   # (B, h, T, S)
+    allowed = allowed_keys(mask, causal, scores.shape, q.device)               # None, or bool (.., T, S)
+    if allowed is not None:
+        weights = softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # blocked keys: weight 0
+    else:
+        weights = torch.softmax(scores, dim=-1)                                 # the same function, faster
+    if dropout_p:
+        weights = F.dropout(weights, dropout_p)
+    return weights @ v, weights                                                 # (B, h, T, d), (B, h, T, S)
+
+
 class MultiHeadAttention(nn.Module):
     """Fused multi-head self-attention.
 
@@ -88,23 +107,8 @@ class MultiHeadAttention(nn.Module):
         expect_dims(x, "B, N, E", "MultiHeadAttention")
         expect_last_dim(x, self.emb_size, "E", "MultiHeadAttention")
         q, k, v = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", qkv=3, h=self.num_heads)  # each (B, h, N, d)
-        if use_fused_kernel(x.device, x.shape[1], mask, return_attention):
-            # the fast path: PyTorch's fused kernel computes the same, without the (N, N) weights
-            out = F.scaled_dot_product_attention(q, k, v, is_causal=causal,
-                                                 dropout_p=self.dropout if self.training else 0.0)   # (B, h, N, d)
-            weights = None
-        else:
-            # attention as chapters 3 and 4 compute it, all heads at once
-            scores = (q * self.head_dim ** -0.5) @ k.transpose(-2, -1)          # (B, h, N, N)
-            allowed = allowed_keys(mask, causal, scores.shape, x.device)        # None, or bool (.., N, N)
-            if allowed is not None:
-                scores = scores.masked_fill(~allowed, float("-inf"))            # blocked keys: weight 0
-                weights = softmax(scores, dim=-1)     # chapter 3's: a query that may attend nothing gets zeros, not NaN
-            else:
-                weights = torch.softmax(scores, dim=-1)                         # the same function, faster
-            if self.dropout and self.training:
-                weights = F.dropout(weights, self.dropout)
-            out = weights @ v                                                   # (B, h, N, d)
+        dropout_p = self.dropout if self.training else 0.0
+        out, weights = attend(q, k, v, mask, causal, dropout_p, return_attention)    # (B, h, N, d), (B, h, N, N)
         out = self.projection(rearrange(out, "b h n d -> b n (h d)"))          # (B, N, E)
         return (out, weights) if return_attention else out
 
@@ -179,23 +183,10 @@ class CrossAttention(nn.Module):
             )
         q = rearrange(self.query(x), "b t (h d) -> b h t d", h=self.num_heads)                       # (B, h, T, d)
         k, v = rearrange(self.key_value(context), "b s (kv h d) -> kv b h s d", kv=2, h=self.num_heads)  # (B, h, S, d)
-        if use_fused_kernel(x.device, context.shape[1], mask, return_attention):
-            # the fast path: PyTorch's fused kernel computes the same, without the (T, S) weights
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0)
-            weights = None
-        else:
-            scores = (q * self.head_dim ** -0.5) @ k.transpose(-2, -1)          # (B, h, T, S)
-            allowed = allowed_keys(mask, False, scores.shape, x.device)         # None, or bool (.., T, S)
-            if allowed is not None:
-                scores = scores.masked_fill(~allowed, float("-inf"))            # blocked keys: weight 0
-                weights = softmax(scores, dim=-1)     # chapter 3's: a query that may attend nothing gets zeros, not NaN
-            else:
-                weights = torch.softmax(scores, dim=-1)                         # the same function, faster
-            if self.dropout and self.training:
-                weights = F.dropout(weights, self.dropout)
-            out = weights @ v                                                   # (B, h, T, d)
+        dropout_p = self.dropout if self.training else 0.0
+        out, weights = attend(q, k, v, mask, False, dropout_p, return_attention)     # (B, h, T, d), (B, h, T, S)
         out = self.projection(rearrange(out, "b h t d -> b t (h d)"))          # (B, T, E)
         return (out, weights) if return_attention else out
 
 
-__all__ = ["MultiHeadAttention", "MultiHeadAttentionLoop", "fused_from_loop", "CrossAttention"]
+__all__ = ["MultiHeadAttention", "MultiHeadAttentionLoop", "fused_from_loop", "CrossAttention", "attend"]

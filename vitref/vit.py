@@ -22,22 +22,19 @@ class ViT(nn.Module):
 
     ``model(x (B, C, H, W))`` -> ``logits (B, num_classes)``;
     ``model(x, return_attention=True)`` -> ``(logits, [weights (B, heads, N+1, N+1) per layer])``.
-    Each block's :class:`~vitref.multihead.MultiHeadAttention` computes scores, softmax and
-    weighted sum step by step (on a CPU, for up to 128 tokens), or calls PyTorch's fused kernel
-    (on a GPU or for longer sequences) when no weights are requested: the same function.
 
-    Assembled from the course's modules, with two stand-ins that compute the same function:
+    The image is cut into ``N = (img_size / patch_size)^2`` patches, each embedded in ``dim``
+    features (chapter 6); a learned class token is put in front and learned positions are added;
+    ``depth`` pre-LN encoder blocks (chapter 5) of multi-head attention (chapter 4) and an MLP
+    follow; a final LayerNorm, and a linear head reads the class token's output (or, with
+    ``pool='mean'``, the patch tokens' mean). ``patch_dropout`` drops a share of the patch tokens
+    in training (:meth:`drop_patches`).
 
-    * ``nn.LayerNorm`` (in every block and at the end) instead of chapter 5's from-scratch
-      :class:`~vitref.blocks.LayerNorm` (tested equal: tests/test_blocks.py ``test_layernorm_equals_torch``),
-      for speed: one fused kernel against five elementwise steps, about 5x faster forward and backward at the recipe's
-      shape (256 x 17 x 64, one CPU thread).
-    * :class:`~vitref.patches.ConvPatchEmbedding`, chapter 6's patch embedding written as one
-      ``patch_size``-strided convolution, instead of cutting patches and applying ``nn.Linear``
-      (:class:`~vitref.patches.LinearPatchEmbedding`; tested equal: tests/test_patches.py
-      ``test_conv_patch_embedding_equals_linear``). Not for speed (on a CPU at the recipe's shape
-      the convolution is, if anything, slightly slower): it is the layout of timm's ViTs, whose
-      weights :func:`vitref.from_timm` loads as they are.
+    Two parts are stand-ins that compute the same functions as the chapters' modules, tested equal:
+    ``nn.LayerNorm`` for chapter 5's :class:`~vitref.blocks.LayerNorm`, and
+    :class:`~vitref.patches.ConvPatchEmbedding` (one strided convolution, timm's layout, so that
+    :func:`vitref.from_timm` loads timm's weights as they are) for cutting patches and applying a
+    linear layer.
     """
 
     def __init__(self, img_size: int = 32, patch_size: int = 4, in_channels: int = 3, num_classes: int = 10,
@@ -72,7 +69,9 @@ class ViT(nn.Module):
                                     mlp_dim=mlp_dim, norm_eps=norm_eps)
             for _ in range(depth)
         )
-        self.norm = nn.LayerNorm(dim, eps=norm_eps)        # = chapter 5's vitref.LayerNorm (tested equal), faster
+        # = chapter 5's vitref.LayerNorm (tested equal: tests/test_blocks.py test_layernorm_equals_torch), one
+        # fused kernel against five elementwise steps: about 5x faster at the recipe's shape on a CPU
+        self.norm = nn.LayerNorm(dim, eps=norm_eps)
         self.head = nn.Linear(dim, num_classes)
         self.reset_parameters()
 
