@@ -111,7 +111,7 @@ class _DrawCase:
     def call(self, fn, *args, **kwargs):
         return fn(*args, **kwargs)
 
-    def build(self, cls, *args, heads=None, head_width=None, record_tensors=False, train=False, dtype=None,
+    def build(self, cls, *args, heads=None, head_width=None, train=False, dtype=None,
               **kwargs):
         module = cls(*args, **kwargs)
         module.train(bool(train))

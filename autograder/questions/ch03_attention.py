@@ -138,8 +138,8 @@ register(Question(
 # --------------------------------------------------------------------------- attention head
 
 HEAD_CASES = [
-    Case("AttentionHead(dim=8, head_dim=4), x (1, 5, 8), no mask", {"dim": 8, "head_dim": 4, "x": (1, 5, 8),
-                                                                     "seed": 51}, {1: "B", 5: "T", 8: "dim", 4: "head_dim"}),
+    Case("AttentionHead(dim=8, head_dim=4), x (1, 5, 8), no mask",
+         {"dim": 8, "head_dim": 4, "x": (1, 5, 8), "seed": 51}, {1: "B", 5: "T", 8: "dim", 4: "head_dim"}),
     Case("AttentionHead(dim=6, head_dim=3), x (2, 4, 6), causal mask (4, 4)",
          {"dim": 6, "head_dim": 3, "x": (2, 4, 6), "causal": 4, "seed": 52}, {2: "B", 4: "T", 6: "dim", 3: "head_dim"}),
     Case("AttentionHead(dim=4, head_dim=8), x (3, 2, 4), mask (3, 2, 2)",

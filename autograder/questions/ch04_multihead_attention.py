@@ -94,7 +94,8 @@ def _forward_mha(rec, module, p, return_attention=False, with_flag=False):
     result = call_with_mask(rec, fn, x, mask=mask, mask_name="positional")
     rec.check_new_params(module)
     if return_attention:
-        out, weights = rec.unpack(result, ("out", "weights"), f"{type(module).__name__}(x, mask, return_attention=True)")
+        out, weights = rec.unpack(result, ("out", "weights"),
+                                  f"{type(module).__name__}(x, mask, return_attention=True)")
         rec.output("out", out)
         rec.output("weights", weights)
     else:

@@ -33,7 +33,6 @@ from .base import Case, Question, register
 from .errors import CaseFailure
 from . import inputs as I
 
-NUM_CLASSES = 10
 STATE_PREFIX = "state."         # the outputs that carry the model's state_dict, one per entry
 MAX_STATE = 4_000_000           # numbers in the returned model's state (the given FashionViT: about 105,000)
 TIME_SLACK = 1.10               # train_vit may overrun its seconds by 10% (+ 2 s) before it counts as overtime

@@ -14,7 +14,7 @@ from einops import rearrange
 from .bank import right, says, variant, wrong
 
 # ####################################################################################################
-# variants: other correct formulations (moved from tests/answers/variants.py)
+# variants: other correct formulations
 # ----------------------------------------------------------------- patches
 @variant("patches")
 def patches_loops(images, patch_size):
@@ -59,7 +59,7 @@ def embed_float64(token_ids, weight):
 
 
 # ####################################################################################################
-# realistic answers (first set) (moved from tests/answers/realistic_ch01_04.py)
+# realistic answers (first set)
 # =============================================================================== patches
 @right("patches")
 def patches_view_permute(images, patch_size):
@@ -226,7 +226,7 @@ def embed_one_hot_minus_one(token_ids, weight):
 
 # ####################################################################################################
 # realistic answers, second set: first written for a parallel implementation of these checks
-# (moved from tests/answers/realistic_ch01_04_b.py)
+#
 # =============================================================================== 01 patches
 @right("patches")
 def patches_view_permute_2(images, patch_size):

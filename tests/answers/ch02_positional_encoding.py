@@ -13,7 +13,7 @@ import torch
 from .bank import right, says, variant, wrong, wrong_list, wrong_rows
 
 # ####################################################################################################
-# variants: other correct formulations (moved from tests/answers/variants.py)
+# variants: other correct formulations
 # ----------------------------------------------------------------- q1
 @variant("q1")
 def pe_vectorised(seq_len, d, n=10000):
@@ -47,7 +47,7 @@ def pe_math(seq_len, d, n=10000):
 
 
 # ####################################################################################################
-# realistic answers (first set) (moved from tests/answers/realistic_ch01_04.py)
+# realistic answers (first set)
 # =============================================================================== q1
 @right("q1")
 def pe_exp_log(seq_len, d, n=10000):
@@ -162,7 +162,7 @@ def pe_positions_from_two(seq_len, d, n=10000):
 
 # ####################################################################################################
 # realistic answers, second set: first written for a parallel implementation of these checks
-# (moved from tests/answers/realistic_ch01_04_b.py)
+#
 # =============================================================================== 02 q1
 @right("q1")
 def pe_cos_as_shifted_sin(seq_len, d, n=10000):

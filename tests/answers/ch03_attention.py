@@ -16,7 +16,7 @@ from . import solutions as S
 from .bank import right, says, variant, wrong, wrong_list
 
 # ####################################################################################################
-# variants: other correct formulations (moved from tests/answers/variants.py)
+# variants: other correct formulations
 # ----------------------------------------------------------------- softmax
 @variant("softmax")
 def softmax_numpy(x, dim=-1):
@@ -119,7 +119,7 @@ class HeadFusedChunk(nn.Module):
 
 
 # ####################################################################################################
-# realistic answers (first set) (moved from tests/answers/realistic_ch01_04.py)
+# realistic answers (first set)
 # =============================================================================== softmax
 @right("softmax")
 def softmax_max_values(x, dim=-1):
@@ -516,7 +516,7 @@ def softmax_sum_axis0(x, dim=-1):
 
 # ####################################################################################################
 # realistic answers, second set: first written for a parallel implementation of these checks
-# (moved from tests/answers/realistic_ch01_04_b.py)
+#
 # =============================================================================== 03 softmax
 @right("softmax")
 def softmax_max_values_2(x, dim=-1):

@@ -17,7 +17,7 @@ from .bank import right, says, variant, wrong, wrong_list
 from .ch03_attention import HeadNoHelper, HeadRawParameters
 
 # ####################################################################################################
-# variants: other correct formulations (moved from tests/answers/variants.py)
+# variants: other correct formulations
 # ----------------------------------------------------------------- q5
 @variant("q5")
 class MHASeparate(nn.Module):
@@ -117,7 +117,7 @@ class LoopRawHeads(nn.Module):
 
 
 # ####################################################################################################
-# realistic answers (first set) (moved from tests/answers/realistic_ch01_04.py)
+# realistic answers (first set)
 # =============================================================================== q5
 class _MHA(nn.Module):
     """The exercise's __init__ (qkv, att_drop, projection)."""
@@ -569,7 +569,7 @@ class LoopWeightsCat(_LoopWrong):
 
 # ####################################################################################################
 # realistic answers, second set: first written for a parallel implementation of these checks
-# (moved from tests/answers/realistic_ch01_04_b.py)
+#
 # =============================================================================== 04 q5
 def _q5(merge="b h n d -> b n (h d)", einsum="bhal, bhlv -> bhav", fill=-1e9, mask_mode="fill",
         dropout="module", split="b n (qkv h d) -> qkv b h n d", detach=None, float32=False):

@@ -17,7 +17,7 @@ from .bank import lacks, right, says, variant, wrong, wrong_rows
 from .ch04_multihead_attention import MHAHeadMajorLayout, MHASeparate
 
 # ####################################################################################################
-# variants: other correct formulations (moved from tests/answers/variants.py)
+# variants: other correct formulations
 # ----------------------------------------------------------------- q6
 @variant("q6")
 class ResidualFirst(nn.Module):
@@ -156,7 +156,7 @@ class LayerNormOtherNames(nn.Module):
 
 
 # ####################################################################################################
-# realistic answers (moved from tests/answers/realistic_ch05_06.py)
+# realistic answers
 # The building blocks these answers use: the course's solutions (chapter 4's MultiHeadAttention, not the
 # class chapter 5's notebook gives, which has the same fused qkv layout; ResidualAdd, FeedForwardBlock).
 MHA, FFN, Residual = S.MultiHeadAttention, S.FeedForwardBlock, S.ResidualAdd

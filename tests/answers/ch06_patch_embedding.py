@@ -18,7 +18,7 @@ from .ch02_positional_encoding import pe_torch
 from .ch05_blocks import getPositionEncoding
 
 # ####################################################################################################
-# variants: other correct formulations (moved from tests/answers/variants.py)
+# variants: other correct formulations
 # ----------------------------------------------------------------- q2, q3, q4
 @variant("q2")
 @variant("q3")
@@ -96,7 +96,7 @@ class PatchEmbeddingBatchedPositions(nn.Module):
 
 
 # ####################################################################################################
-# realistic answers (moved from tests/answers/realistic_ch05_06.py)
+# realistic answers
 # =========================================================================== q2, q3, q4 PatchEmbedding
 class _Embed(nn.Module):
     """The notebook's PatchEmbedding (the final version takes img_size)."""

@@ -19,7 +19,7 @@ from .bank import right, says, variant, wrong
 from .given import TransformerEncoderBlock
 
 # ####################################################################################################
-# variants: other correct formulations (moved from tests/answers/variants.py)
+# variants: other correct formulations
 # ----------------------------------------------------------------- vit
 @variant("vit_forward")
 class ViTOtherStyle(nn.Module):
@@ -78,7 +78,7 @@ def ce_one_hot(logits, targets):
 
 
 # ####################################################################################################
-# realistic answers (moved from tests/answers/realistic_ch07_08.py)
+# realistic answers
 # ----------------------------------------------------------------- 07: ViT forward
 class _ViTBase(nn.Module):
     """The notebook's given __init__; subclasses write forward as students do."""

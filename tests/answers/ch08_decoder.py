@@ -19,7 +19,7 @@ from .ch05_blocks import FFNModule
 from .given import FeedForwardBlock, MultiHeadAttention
 
 # ####################################################################################################
-# variants: other correct formulations (moved from tests/answers/variants.py)
+# variants: other correct formulations
 # (A numpy loss is not a correct answer any more: a loss must let loss.backward() train the
 # model, and the check now compares the gradient; see tests/answers/realistic_ch07_08.py.)
 
@@ -121,7 +121,7 @@ class DecoderOther(nn.Module):
 
 
 # ####################################################################################################
-# realistic answers (moved from tests/answers/realistic_ch07_08.py)
+# realistic answers
 # ----------------------------------------------------------------- 08: causal mask
 @right("causal_mask")
 def mask_tril_bool(T):

@@ -261,7 +261,8 @@ RIGHT_PATCH = ("h w", "s1 s2 c")
 # the orders the patch questions' catalogues name with a sentence of their own: channels first, pixels
 # column by column, patches column by column (chapter 1's PATCH_MISTAKES, reused by chapter 6)
 NAMED_ORDERS = (("h w", "c s1 s2"), ("h w", "s2 s1 c"), ("w h", "s1 s2 c"))
-PATCH_ORDERS = [(grid, " ".join(inner)) for grid in ("h w", "w h") for inner in itertools.permutations(("s1", "s2", "c"))
+PATCH_ORDERS = [(grid, " ".join(inner)) for grid in ("h w", "w h")
+                for inner in itertools.permutations(("s1", "s2", "c"))
                 if (grid, " ".join(inner)) not in (RIGHT_PATCH, *NAMED_ORDERS)]
 
 

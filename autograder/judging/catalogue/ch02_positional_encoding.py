@@ -158,4 +158,5 @@ Q1_MISTAKES = [
 _NAMED_TABLES = ("(n = 10000)", "(n = 100)", "(2i/(2d) in the exponent)", "(2i/(d/2) in the exponent)",
                  "(2i/seq_len in the exponent)", "(rows start at position 1)", "(sines only)")
 
-add('q1', references=_reference, catalogue=[*Q1_MISTAKES, *table_mistakes("table", _NAMED_TABLES), *TABLE, *PROPERTIES, *RECIPE_SAYS])
+add('q1', references=_reference,
+    catalogue=[*Q1_MISTAKES, *table_mistakes("table", _NAMED_TABLES), *TABLE, *PROPERTIES, *RECIPE_SAYS])

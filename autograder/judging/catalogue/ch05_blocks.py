@@ -196,20 +196,24 @@ def _encoder_block(layout, ffn_build=None):
                 Drop = AlwaysDropout if layout == "dropout_always_on" else nn.Dropout
                 d1, d2 = Drop(outer), Drop(outer)
                 if layout in _PRE_LN:
-                    super().__init__(ResidualAdd(nn.Sequential(norm1, attn, d1)), ResidualAdd(nn.Sequential(norm2, ffn, d2)))
+                    super().__init__(ResidualAdd(nn.Sequential(norm1, attn, d1)),
+                                     ResidualAdd(nn.Sequential(norm2, ffn, d2)))
                 elif layout == "no_dropout":
                     super().__init__(ResidualAdd(nn.Sequential(norm1, attn)), ResidualAdd(nn.Sequential(norm2, ffn)))
                 elif layout == "dropout_before_sublayer":
                     super().__init__(ResidualAdd(nn.Sequential(norm1, d1, attn)),
                                      ResidualAdd(nn.Sequential(norm2, d2, ffn)))
                 elif layout == "post_ln":
-                    super().__init__(PostNorm(nn.Sequential(attn, d1), emb_size), PostNorm(nn.Sequential(ffn, d2), emb_size))
+                    super().__init__(PostNorm(nn.Sequential(attn, d1), emb_size),
+                                     PostNorm(nn.Sequential(ffn, d2), emb_size))
                 elif layout == "no_residual":
                     super().__init__(nn.Sequential(norm1, attn, d1), nn.Sequential(norm2, ffn, d2))
                 elif layout == "norm_after_sublayer":
-                    super().__init__(ResidualAdd(nn.Sequential(attn, norm1, d1)), ResidualAdd(nn.Sequential(ffn, norm2, d2)))
+                    super().__init__(ResidualAdd(nn.Sequential(attn, norm1, d1)),
+                                     ResidualAdd(nn.Sequential(ffn, norm2, d2)))
                 elif layout == "ffn_first":
-                    super().__init__(ResidualAdd(nn.Sequential(norm1, ffn, d1)), ResidualAdd(nn.Sequential(norm2, attn, d2)))
+                    super().__init__(ResidualAdd(nn.Sequential(norm1, ffn, d1)),
+                                     ResidualAdd(nn.Sequential(norm2, attn, d2)))
                 elif layout == "missing_ffn_norm":
                     super().__init__(ResidualAdd(nn.Sequential(norm1, attn, d1)), ResidualAdd(nn.Sequential(ffn, d2)))
                 elif layout == "one_residual":

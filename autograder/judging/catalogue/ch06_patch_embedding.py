@@ -157,7 +157,8 @@ def _projection_mistakes(positions_forms):
 
 
 add('q2', references=_projection_reference,
-    catalogue=[*Q2_MISTAKES, patch_order(), *PROPERTIES, GRADIENT_DIFFERS, *tokens("patch_embeddings", False), *RECIPE_SAYS])
+    catalogue=[*Q2_MISTAKES, patch_order(), *PROPERTIES, GRADIENT_DIFFERS, *tokens("patch_embeddings", False),
+               *RECIPE_SAYS])
 
 def _pe_part():
     def getPositionEncoding(seq_len, d, n=10000):
@@ -249,7 +250,8 @@ Q3_MISTAKES += [
 ]
 
 add('q3', references=_tokens_references(None, "sinusoidal", "learned"),
-    catalogue=[*Q3_MISTAKES, patch_order(), FRESH_CLASS_TOKEN, *PROPERTIES, GRADIENT_DIFFERS, *tokens("tokens", True), *RECIPE_SAYS],
+    catalogue=[*Q3_MISTAKES, patch_order(), FRESH_CLASS_TOKEN, *PROPERTIES, GRADIENT_DIFFERS, *tokens("tokens", True),
+               *RECIPE_SAYS],
     reference_parts=parts(getPositionEncoding=_pe_part))
 
 

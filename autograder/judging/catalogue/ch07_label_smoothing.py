@@ -101,12 +101,14 @@ LS_MISTAKES = [
                 "example's label?"),
     Mistake("softmax_over_batch", "the log-softmax taken over the batch axis",
             "Each example's log-probabilities are normalised over its classes: the maximum, the sum of exp and the "
-            "log-softmax along dim=-1 (keepdim=True).", _ls("right", dim=0), also=(_ls("right", stable="global", dim=0),),
+            "log-softmax along dim=-1 (keepdim=True).", _ls("right", dim=0),
+            also=(_ls("right", stable="global", dim=0),),
             ask="Add up exp of one row of your log-probabilities: do you get 1? Over which axis do you normalise?"),
     Mistake("unstable_log_softmax", "log(softmax) computed without subtracting the maximum",
             "exp(1000) overflows to inf and log(inf / inf) is NaN: use log_softmax(z) = z - max(z) - "
             "log(sum(exp(z - max(z)))).", _ls("right", stable=False)),
 ]
 
-add("label_smoothing", references=lambda: [_reference], catalogue=[*LS_MISTAKES, *PROPERTIES, FLOAT_MIX, GRADIENT_DIFFERS,
+add("label_smoothing", references=lambda: [_reference],
+    catalogue=[*LS_MISTAKES, *PROPERTIES, FLOAT_MIX, GRADIENT_DIFFERS,
                                                                     *RECIPE_SAYS])

@@ -200,7 +200,8 @@ _VIT_OUTPUTS = {
                "to all N + 1 tokens)"),
     "head": ("the blocks see the right tokens (every attention map is right) but the logits are wrong: after the "
              "last block apply self.norm, then self.head to the class token (position 0)"),
-    "logits_only": "the logits with return_attention=True differ from those without it: both calls must compute the same",
+    "logits_only": "the logits with return_attention=True differ from those without it: "
+                   "both calls must compute the same",
 }
 
 

@@ -84,7 +84,8 @@ def _mask_problem(view: View) -> tuple[str, str] | None:
         allowed = mask != 0
         if (allowed & (cols > rows)).any():
             t, s = np.argwhere(allowed & (cols > rows))[0]
-            return "future", f"the mask lets query {t} attend the later key {s}: keys s > t (the future) must be blocked"
+            return "future", (f"the mask lets query {t} attend the later key {s}: "
+                              "keys s > t (the future) must be blocked")
         if (~allowed & (cols <= rows)).any():
             t, s = np.argwhere(~allowed & (cols <= rows))[0]
             return "past", (f"the mask blocks query {t} from key {s} <= {t}: every key s <= t (itself included) is "
@@ -261,7 +262,8 @@ CROSS_MISTAKES = [
             _cross(fill=float("-inf"))),
     Mistake("weights_before_softmax", "return_attention returns the scores, not the softmax weights",
             "Return the attention weights after the softmax (each row sums to 1), shape (B, heads, T, S).",
-            _cross(returned="scores"), also=(_cross(returned="raw_scores"), _cross(returned="scores", fill=float("-inf")))),
+            _cross(returned="scores"),
+            also=(_cross(returned="raw_scores"), _cross(returned="scores", fill=float("-inf")))),
     _cross_mistake("weights_averaged", "attention weights averaged over the heads",
                    "Return every head's weights: (B, heads, T, S).", returned="mean_heads"),
 ]
@@ -281,7 +283,8 @@ def weights_problem(weights, mask=None) -> tuple[str, str] | None:
             allowed = None
     if np.isnan(w).any():
         if allowed is not None and np.isnan(w[~allowed.any(-1)]).any():
-            return "nan", ("a query whose keys are all blocked gets NaN weights (softmax of a row of -inf is 0/0): fill "
+            return "nan", ("a query whose keys are all blocked gets NaN weights "
+                           "(softmax of a row of -inf is 0/0): fill "
                            "blocked scores with a large negative number such as -1e9 instead of -inf")
         return "nan", "the attention weights contain NaN"
     if allowed is not None:
@@ -367,7 +370,8 @@ CROSS_SYMPTOMS = (
            "through autograd (no .detach(), .data or numpy)",
            "Your outputs are right and their gradients are not: where does autograd lose the path?"),
     symptom("weights_nan", "NaN attention weights", "Fill blocked scores with -1e9 instead of -inf.",
-            "Where do your weights become NaN, and what does the softmax of a row of -inf give?", _cross_weights("nan")),
+            "Where do your weights become NaN, and what does the softmax of a row of -inf give?",
+            _cross_weights("nan")),
     symptom("weights_ignore_mask", "weight where the mask blocks a context position",
             "Block where mask == 0: masked_fill(mask == 0, -1e9) before the softmax.",
             "Look at a blocked context position (mask == 0) in your weights: is its weight zero?",

@@ -89,4 +89,5 @@ def _references():
     return [vitref().CachedSelfAttention, _cached(fill=-1e9)(None)]
 
 
-add("kv_cache", references=_references, catalogue=[*KV_MISTAKES, values_from_keys(), *PROPERTIES, FLOAT_MIX, *RECIPE_SAYS])
+add("kv_cache", references=_references,
+    catalogue=[*KV_MISTAKES, values_from_keys(), *PROPERTIES, FLOAT_MIX, *RECIPE_SAYS])

@@ -103,7 +103,8 @@ concept("concept_sinusoid_value", _sinusoid, [
           "Each pair of columns divides the position by n^(2i/d) before the sine: sin(k / n^(2i/d)).",
           round(math.sin(5), 4)),
     wrong("degrees", "the angle read in degrees",
-          "numpy's sin takes radians: the angle k / n^(2i/d) is used as it is, never converted to degrees.", round(math.sin(math.radians(0.5)), 4)),
+          "numpy's sin takes radians: the angle k / n^(2i/d) is used as it is, never converted to degrees.",
+          round(math.sin(math.radians(0.5)), 4)),
 ])
 
 # ------------------------------------------------------------------ 03 attention
@@ -194,7 +195,8 @@ concept("concept_position_rows", _position_rows, [
     wrong("no_class_token", "the class token forgotten",
           "The table has one row per token: are the patches the only tokens?", 196),
     wrong("per_side", "patches along one side",
-          "224 / 16 is the number of patches along one side; the table has a row for every token of the image.", 14, 15),
+          "224 / 16 is the number of patches along one side; the table has a row for every token of the image.",
+          14, 15),
     wrong("pixels", "one row per pixel",
           "Positions belong to tokens (patches), not pixels.", 224 * 224, 224 * 224 + 1),
 ])
@@ -213,7 +215,8 @@ concept("concept_initial_loss", _initial_loss, [
     wrong("log2", "logarithm in base 2",
           "The cross-entropy uses the natural logarithm (nats, not bits).", round(math.log2(10), 4)),
     wrong("probability", "the probability, not the loss",
-          "Equal logits give every class the same probability; the loss is not that probability but a function of it.", 0.1),
+          "Equal logits give every class the same probability; the loss is not that probability but a function "
+          "of it.", 0.1),
     wrong("zero", "zero loss",
           "A loss of 0 means probability 1 on the right class; what probability do 10 equal logits give it?", 0.0),
 ])
