@@ -10,7 +10,10 @@ names with the reason. Each answer is checked by exactly one test.
 """
 from __future__ import annotations
 
+import ast
+import inspect
 import sys
+import textwrap
 from collections import Counter
 
 import pytest
@@ -168,3 +171,37 @@ def test_the_named_mistakes_bench_counts_each_wrong_answer_once():
     assert row["wrong"] == len(BANKS["q6"].wrong) and row["accepted"] == 0 and row["rejected"] == row["wrong"]
     assert row["named"] == row["as_expected"] == row["wrong"] and row["right"] == row["right_total"] > 1
     assert f"named_mistakes: wrong={row['wrong']} accepted=0" in report(rows)
+
+
+def _written_code(answer) -> str | None:
+    """The code of an answer written as its own top-level definition in a chapter file (decorators,
+    name and docstring aside), or None for one built by a helper or from text."""
+    module = sys.modules.get(getattr(answer, "__module__", ""))
+    if module is None or getattr(module, getattr(answer, "__name__", ""), None) is not answer:
+        return None
+    try:
+        node = ast.parse(textwrap.dedent(inspect.getsource(answer))).body[0]
+    except (TypeError, OSError, SyntaxError, IndexError):
+        return None
+    if not isinstance(node, (ast.FunctionDef, ast.ClassDef)) or node.name != getattr(answer, "__name__", None):
+        return None
+    node.name, node.decorator_list = "_", []
+    first = node.body[0] if node.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        node.body = node.body[1:] or [ast.Pass()]
+    return ast.dump(node)
+
+
+def test_no_two_bank_answers_of_a_question_have_the_same_code():
+    """An answer in a bank twice (under two names) is checked twice and counted twice."""
+    seen: dict = {}
+    twice = []
+    for qid, b in load().items():
+        for answer in [*b.variants, *b.right, *(a for a, _ in b.wrong)]:
+            code = _written_code(answer)
+            if code is None:
+                continue
+            other = seen.setdefault((qid, code), answer)
+            if other is not answer:
+                twice.append(f"{qid}: {answer_name(other)} and {answer_name(answer)}")
+    assert not twice, f"the same code twice in a bank (keep one): {twice}"

@@ -245,11 +245,6 @@ def patches_unfold_functional(images, patch_size):
 
 
 @wrong("patches", "channels_first")
-def patches_f_unfold_2(images, patch_size):
-    return F.unfold(images, kernel_size=patch_size, stride=patch_size).transpose(1, 2)
-
-
-@wrong("patches", "channels_first")
 def patches_permute_channels_first(images, patch_size):
     B, C, H, W = images.shape
     p = patch_size
@@ -309,11 +304,6 @@ def embed_eye_default_dtype(token_ids, weight):
 @wrong("embedding_lookup", says("is float32 although the inputs"))
 def embed_cast_everything(token_ids, weight):
     return F.one_hot(token_ids, weight.shape[0]).float() @ weight.float()
-
-
-@wrong("embedding_lookup", "off_by_one")
-def embed_ids_from_one(token_ids, weight):
-    return F.one_hot(token_ids - 1, weight.shape[0]).to(weight.dtype) @ weight
 
 
 @wrong("embedding_lookup", "transposed_weight")

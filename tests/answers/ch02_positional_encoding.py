@@ -204,17 +204,6 @@ wrong_list("q1", [
 ])
 
 
-@wrong("q1", ("table_positions_shifted", says("Row k of the table is position k")))
-def pe_shifted_rows(seq_len, d, n=10000):
-    P = np.zeros((seq_len, d))
-    for k in range(1, seq_len + 1):
-        for i in np.arange(int(d / 2)):
-            denominator = np.power(n, 2 * i / d)
-            P[k - 1, 2 * i] = np.sin((k + 1) / denominator)
-            P[k - 1, 2 * i + 1] = np.cos((k + 1) / denominator)
-    return P
-
-
 # ####################################################################################################
 # the sinusoidal table with another base / width / length, or sines only (classes of the instructor's
 # hidden collection): named by the counterfactual tables of the catalogue

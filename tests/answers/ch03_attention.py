@@ -548,22 +548,7 @@ def softmax_sum_no_keepdim(x, dim=-1):
     return e / e.sum(dim=dim)
 
 
-@wrong("softmax", says("do not sum to 1"))
-def softmax_sum_wrong_axis(x, dim=-1):
-    e = torch.exp(x - x.amax(dim=dim, keepdim=True))
-    return e / e.sum(dim=0, keepdim=True)
-
-
 # =============================================================================== 03 attention
-@right("attention")
-def attention_mT_einsum(q, k, v, mask=None):
-    scores = torch.einsum("...td,...sd->...ts", q, k) * q.shape[-1] ** -0.5
-    if mask is not None:
-        scores = scores.masked_fill(~mask.bool(), -1e9)
-    weights = S.softmax(scores, dim=-1)
-    return torch.einsum("...ts,...sd->...td", weights, v), weights
-
-
 @right("attention")
 def attention_matmul_sqrt_tensor(q, k, v, mask=None):
     d_k = torch.tensor(q.shape[-1], dtype=q.dtype)
