@@ -14,6 +14,7 @@ import dataclasses
 import os
 import sys
 import time
+import typing
 from typing import Any
 
 from .. import data as vdata
@@ -43,41 +44,43 @@ def _program_name() -> str:
     return "vitref-train" if os.path.basename(sys.argv[0]) == "vitref-train" else "python -m vitref.train"
 
 
+# what the config's field types do not say: choices, other names, help beyond the default
+CHOICES: dict[str, Any] = {"dataset": lambda: sorted(vdata.DATASET_INFO), "tta": lambda: TTA_MODES}
+ALIASES = {"num_heads": ("--heads",)}
+HELP = {
+    "threads": "torch threads (default: timed CPU runs pick 1 or all cores as they go; 0 forces that)",
+    "grad_clip": "(default 1.0; 0 disables)",
+    "num_heads": "(default 4; --heads is its old name)",
+}
+
+
+def _option_type(hint) -> type:
+    """The one type of a field's annotation: ``float | None`` -> float."""
+    kinds = [k for k in typing.get_args(hint) if k is not type(None)] or [hint]
+    if len(kinds) != 1 or kinds[0] not in (bool, int, float, str):
+        raise TypeError(f"a TrainConfig field must be a bool, int, float or str (or None), got {hint}")
+    return kinds[0]
+
+
 def parse_args(argv=None) -> TrainConfig:
-    """The :class:`TrainConfig` of a command line (``--preset``, then one option per config field).
-    Without ``--minutes``, ``--epochs`` or ``--steps`` the budget is 10 minutes."""
+    """The :class:`TrainConfig` of a command line (``--preset``, then one option per config field,
+    typed by the field's annotation). Without ``--minutes``, ``--epochs`` or ``--steps`` the budget
+    is 10 minutes."""
     defaults = TrainConfig()
     parser = argparse.ArgumentParser(prog=_program_name(), description=DESCRIPTION,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
                         help="start from a named recipe; other options override it")
+    hints = typing.get_type_hints(TrainConfig)
     for f in dataclasses.fields(TrainConfig):
-        flag = "--" + f.name.replace("_", "-")
-        kind: Any = type(f.default) if f.default is not None else None   # int, float or str here
-        if f.name == "dataset":
-            parser.add_argument(flag, choices=sorted(vdata.DATASET_INFO), default=None)
-        elif isinstance(f.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None,
-                                help=f"(default {f.default})")
-        elif f.name in ("minutes", "epochs"):
-            parser.add_argument(flag, type=float, default=None)
-        elif f.name == "threads":
-            parser.add_argument(flag, type=int, default=None,
-                                help="torch threads (default: timed CPU runs pick 1 or all cores as they go; "
-                                     "0 forces that)")
-        elif f.name in ("steps", "train_limit", "test_limit"):
-            parser.add_argument(flag, type=int, default=None)
-        elif f.name == "grad_clip":
-            parser.add_argument(flag, type=float, default=None, help=f"(default {f.default}; 0 disables)")
-        elif f.name == "tta":
-            parser.add_argument(flag, choices=TTA_MODES, default=None, help=f"(default {f.default})")
-        elif f.name == "num_heads":
-            parser.add_argument(flag, "--heads", dest="num_heads", type=int, default=None,
-                                help=f"(default {f.default}; --heads is its old name)")
-        elif f.name in ("out", "name", "device", "arch", "pos_init"):
-            parser.add_argument(flag, type=str, default=None, help=f"(default {f.default})")
-        else:
-            parser.add_argument(flag, type=kind, default=None, help=f"(default {f.default})")
+        flag, kind = "--" + f.name.replace("_", "-"), _option_type(hints[f.name])
+        help_text = HELP.get(f.name, f"(default {f.default})")
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=None, help=help_text)
+            continue
+        choices = CHOICES[f.name]() if f.name in CHOICES else None
+        parser.add_argument(flag, *ALIASES.get(f.name, ()), dest=f.name, type=kind, choices=choices, default=None,
+                            help=help_text)
     args = vars(parser.parse_args(argv))
     config = dataclasses.replace(defaults, **PRESETS.get(args.pop("preset") or "", {}))
     given = {k: v for k, v in args.items() if v is not None}
