@@ -8,6 +8,7 @@ Dockerfile is read and its entry point's arguments are parsed.
 """
 from __future__ import annotations
 
+import inspect
 import json
 import re
 import shlex
@@ -281,3 +282,16 @@ def test_axe_core_is_pinned_and_installed_by_make_setup():
     assert lock["packages"]["node_modules/axe-core"]["version"] == version
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^setup: .*\$\(AXE\)", makefile, flags=re.M) and "npm ci" in makefile
+
+
+def test_book_workflow_downloads_and_caches_the_pretrained_weights():
+    """The published site shows chapter 7's pretrained ViT-B/16: the book's build may download its
+    weights (VITREF_DOWNLOAD, read by vitref.pretrained.download_allowed) and keeps them in a cache."""
+    workflow = yaml.safe_load((ROOT / ".github" / "workflows" / "book.yml").read_text())
+    build = workflow["jobs"]["build"]
+    assert str(build["env"].get("VITREF_DOWNLOAD")) == "1"
+    cached = [step["with"]["path"] for step in build["steps"] if "actions/cache" in step.get("uses", "")]
+    assert "~/.cache/huggingface" in cached, cached
+    import vitref.pretrained
+
+    assert "VITREF_DOWNLOAD" in inspect.getsource(vitref.pretrained.download_allowed)
