@@ -347,7 +347,7 @@ def decoder_block_diagram() -> Figure:
     c.path([enc.top, (enc.cx, cross.cy), cross.right])
     c.text((cross.right[0] + enc.cx) / 2 + 0.1, cross.cy + 0.18, "keys, values", fontsize=SMALL, color=SHAPE)
     c.shape(cross.right[0] + 0.1, cross.cy - 0.2, "weights (B, h, T, S)")
-    c.text(boxes[1].right[0] + 0.12, boxes[1].cy, "causal: token t sees\ntokens 1 … t only", fontsize=SMALL,
+    c.text(boxes[1].right[0] + 0.12, boxes[1].cy, "causal: token t sees\ntokens 0 … t only", fontsize=SMALL,
            ha="left", color=SHAPE)
     c.title(cx, out[1] + 0.3, "Decoder block (pre-LN)")
     return c.figure
