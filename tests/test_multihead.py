@@ -77,7 +77,7 @@ def test_mha_fused_path_equals_weights_path_float32():
 
 
 def test_mha_parameter_count():
-    # ViT-Tiny's block: Q, K, V projections 49,536 + output projection 16,512
+    # the CIFAR ViT's block: Q, K, V projections 49,536 + output projection 16,512
     mha = vitref.MultiHeadAttention(128, 4)
     assert vitref.count_parameters(mha.qkv) == 49_536
     assert vitref.count_parameters(mha.projection) == 16_512

@@ -12,7 +12,7 @@ separate statements: what the *source* reports (quoted, never re-measured here) 
   not give the MLP width; this preset uses the width that makes the count about 4.2M
   (:func:`mlp_dim_for`), rounded to a multiple of 32. STL-10 is not among the datasets of
   :mod:`vitref.data` (nothing downloads offline), so the preset is a shape and a recipe only.
-* ``'cifar10-gpu'`` -- ``vitref.train.PRESETS['cifar10-gpu']`` (ViT-Tiny's shape, 1,205,898
+* ``'cifar10-gpu'`` -- ``vitref.train.PRESETS['cifar10-gpu']`` (the CIFAR-10 article's small ViT, 1,205,898
   parameters): its accuracy has not been measured anywhere in this repository (no CIFAR-10 copy
   on the machines used), so none is claimed.
 """
@@ -105,7 +105,7 @@ def _cifar10_gpu() -> Preset:
     return Preset(
         name="cifar10-gpu", dataset=recipe.pop("dataset"), model=model, recipe=recipe,
         source="vitref.train.PRESETS['cifar10-gpu'] (bench/README.md), "
-               "ViT-Tiny's shape from the CIFAR-10 article among the course's sources",
+               "the small ViT of the CIFAR-10 article among the course's sources (its 'ViT-Tiny')",
         reported={},
         measured="nothing: no CIFAR-10 copy on the machines used (bench/README.md), so no accuracy is claimed",
     )
