@@ -80,21 +80,25 @@ def _raiser(key: str, name: str):
     return forbidden
 
 
-def _overloads(ops) -> list[str]:
-    """The operators named in ``ops`` with every overload this torch has (``_softmax`` ->
-    ``_softmax``, ``_softmax.out``): an overload left out would compute the same thing.
-    An operator outside ``aten`` is named with its namespace (``quantized::softmax``)."""
+def _all_op_names() -> list[str]:
+    """Every operator name the dispatcher has now (one call costs milliseconds: made once per ban)."""
     import torch
 
+    try:
+        return list(torch._C._dispatch_get_all_op_names())
+    except (AttributeError, RuntimeError):
+        return []
+
+
+def _overloads(ops, names: list[str]) -> list[str]:
+    """The operators named in ``ops`` with every overload among the dispatcher's ``names``
+    (``_softmax`` -> ``_softmax``, ``_softmax.out``): an overload left out would compute the same
+    thing. An operator outside ``aten`` is named with its namespace (``quantized::softmax``)."""
     def qualified(op: str) -> str:
         return op if "::" in op else f"aten::{op}"
 
     bases = {qualified(op).partition(".")[0] for op in ops}
     found = list(dict.fromkeys(qualified(op) for op in ops))
-    try:
-        names = torch._C._dispatch_get_all_op_names()
-    except (AttributeError, RuntimeError):
-        names = []
     for name in names:
         if name.partition(".")[0] in bases and name not in found:
             found.append(name)
@@ -144,10 +148,11 @@ def install(keys, reversible: bool = False, registered=()) -> Ban:
     import torch
 
     handles: dict = {}
+    op_names = _all_op_names() if any(key not in registered or reversible for key in keys) else []
     for key in keys:
         if key in registered and not reversible:
             continue
-        for op in _overloads(FORBIDDEN[key].aten):
+        for op in _overloads(FORBIDDEN[key].aten, op_names):
             namespace, _, name = op.rpartition("::")
             namespace = namespace or "aten"
             if namespace not in handles:
