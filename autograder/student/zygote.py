@@ -35,6 +35,7 @@ never runs student code, so every student starts from the same clean state.
 from __future__ import annotations
 
 import ctypes
+import gc
 import fcntl
 import importlib
 import json
@@ -776,6 +777,10 @@ def serve(payload_spec: str, preload: list[str]) -> None:
         torch.set_num_threads(1)
     except ImportError:
         pass
+    # the preloaded libraries' objects to the collector's permanent generation: a collection in a forked
+    # run does not walk them, so their pages stay shared with this zygote instead of being copied
+    gc.collect()
+    gc.freeze()
     write_frame(proto_out, {"status": "ready", "pid": os.getpid()})
     while True:
         try:
