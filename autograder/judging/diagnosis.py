@@ -111,6 +111,7 @@ class View:
     def __init__(self, question: Question, data: dict, references: Callable[[], list]):
         self.question, self.data, self.references = question, data, references
         self._rows: list[CaseRow] | None = None
+        self.memo: dict = {}        # readings shared by several symptoms (catalogue._symptoms.keyed)
 
     @property
     def cases(self) -> list:
@@ -136,21 +137,21 @@ class View:
         from some reference, else "output"."""
         if row.status != "differs":
             return row.status
-        got = {k: v for k, v in (row.student.get("outputs") or {}).items() if not k.startswith("grad_")}
-        for reference in row.references:
-            plain = {k: v for k, v in reference.items() if not k.startswith("grad_")}
-            if compare_outputs(self.question, row.case, got, plain) is None:
-                return "grad"
-        return "output"
+        return "grad" if self._matching_but_gradients(row) is not None else "output"
 
     def closest(self, row: CaseRow) -> dict | None:
         """The reference whose outputs other than gradients the student's match, else the first."""
+        found = self._matching_but_gradients(row)
+        return found if found is not None else (row.references[0] if row.references else None)
+
+    def _matching_but_gradients(self, row: CaseRow) -> dict | None:
+        """The first reference whose outputs other than the gradients (``grad_*``) the student's match."""
         got = {k: v for k, v in (row.student.get("outputs") or {}).items() if not k.startswith("grad_")}
         for reference in row.references:
             plain = {k: v for k, v in reference.items() if not k.startswith("grad_")}
             if compare_outputs(self.question, row.case, got, plain) is None:
                 return reference
-        return row.references[0] if row.references else None
+        return None
 
 
 # --------------------------------------------------------------------------- naming

@@ -280,6 +280,19 @@ def by_tag(key: str, tags, title: str, sentence: str, ask: str) -> Mistake:
     return symptom(key, title, sentence, ask, lambda view: sentence if _failing_tags(view) == wanted else None)
 
 
+def keyed(problem, which: str, *args):
+    """A symptom's test from a shared reading: ``problem(view, *args)`` finds the first thing wrong as
+    ``(key, sentence)`` (or None), and this symptom is the one whose key is ``which``. The reading is
+    made once per failed answer, whichever of its symptoms asks first (``View.memo``)."""
+    def detect(view: View) -> str | None:
+        memo_key = (problem, args)
+        if memo_key not in view.memo:
+            view.memo[memo_key] = problem(view, *args)
+        found = view.memo[memo_key]
+        return found[1] if found and found[0] == which else None
+    return detect
+
+
 # --------------------------------------------------------------------------- the sinusoidal table (q1)
 
 
@@ -307,30 +320,23 @@ def _table_problem(view: View) -> tuple[str, str] | None:
     return None
 
 
-def _table(which: str):
-    def detect(view: View) -> str | None:
-        found = _table_problem(view)
-        return found[1] if found and found[0] == which else None
-    return detect
-
-
 TABLE = (
     symptom("row_zero_wrong", "row 0 is not position 0",
             "Row k is position k from 0: P[0, 2i] = sin(0) = 0 and P[0, 2i+1] = cos(0) = 1.",
             "What should the first row of the table be, for position 0: which values do sin(0) and cos(0) give, and "
-            "in which columns?", _table("row_zero")),
+            "in which columns?", keyed(_table_problem, "row_zero")),
     symptom("pair_not_sin_cos", "columns 2i and 2i+1 are not the sine and cosine of one angle",
             "P[k, 2i] = sin(angle) and P[k, 2i+1] = cos(angle) with the same angle k / n^(2i/d).",
             "Take any row: do columns 2i and 2i+1 hold the sine and the cosine of the same angle?",
-            _table("pairs")),
+            keyed(_table_problem, "pairs")),
     symptom("first_pair_wrong", "the first pair of columns is not sin(k), cos(k)",
             "For i = 0 the denominator n^(2i/d) is 1: columns 0 and 1 are sin(k) and cos(k).",
             "What is the denominator of the first pair, i = 0, and so the angle of position k there?",
-            _table("first_pair")),
+            keyed(_table_problem, "first_pair")),
     symptom("frequencies_wrong", "the later pairs have the wrong frequencies",
             "Pair i divides k by n^(2i/d), with the argument n and the model dimension d.",
             "The first pair is right: how does the denominator grow from one pair to the next, and with which of "
-            "the function's arguments?", _table("frequencies")),
+            "the function's arguments?", keyed(_table_problem, "frequencies")),
 )
 
 
@@ -544,29 +550,23 @@ def _weights_problem(view: View) -> tuple[str, str] | None:
     return None
 
 
-def _weights(which: str):
-    def detect(view: View) -> str | None:
-        found = _weights_problem(view)
-        return found[1] if found and found[0] == which else None
-    return detect
-
-
 WEIGHTS = (
     symptom("weights_not_stacked", "the heads' weights are not stacked as (B, h, N, N)",
             "Stack every head's (B, N, N) weights on a new axis 1: torch.stack(weights, dim=1).",
             "What shape should the weights of all heads have together, and on which axis do the heads go?",
-            _weights("shape")),
+            keyed(_weights_problem, "shape")),
     symptom("weights_rows_not_normalised", "rows of attention weights that do not sum to 1",
             "Take the softmax over the keys (the last axis) and leave the weights as the softmax gives them.",
             "Add up one row of your weights (one query, over the keys): is it 1? Over which axis is your softmax?",
-            _weights("sum")),
+            keyed(_weights_problem, "sum")),
     symptom("weights_on_blocked_keys", "weight on keys the mask blocks",
             "Blocked keys (mask == 0) get -1e9 before the softmax, so their weight is 0.",
             "Look at a blocked position (mask == 0) in your weights: is its weight zero? Which value does mask == 0 "
-            "mean?", _weights("leak")),
+            "mean?", keyed(_weights_problem, "leak")),
     symptom("out_not_weights_times_values", "the weights are right but the output is not weights @ values",
             "The output is the weights times the values: weights @ v.",
-            "Your weights are right: what do you multiply them with to get the output?", _weights("values")),
+            "Your weights are right: what do you multiply them with to get the output?",
+            keyed(_weights_problem, "values")),
 )
 
 
@@ -637,24 +637,19 @@ def _merge_problem(got, want, h: int, d: int) -> tuple[str, str] | None:
     return None
 
 
-def _heads(which: str):
-    def detect(view: View) -> str | None:
-        found = _heads_problem(view)
-        return found[1] if found and found[0] == which else None
-    return detect
-
-
 HEADS = (
     symptom("heads_out_of_order", "the heads merged out of order",
             "Concatenate the heads in head order: head 0's features first.",
-            "Which head's output sits where head 0's output belongs once the heads are merged?", _heads("order")),
+            "Which head's output sits where head 0's output belongs once the heads are merged?",
+            keyed(_heads_problem, "order")),
     symptom("heads_features_misplaced", "the heads' features interleaved when merged",
             "Merge as (h d): head 0's d features, then head 1's, and so on.",
             "Once the heads are merged, are head 0's features the first d numbers of each token?",
-            _heads("places")),
+            keyed(_heads_problem, "places")),
     symptom("heads_mix_tokens", "the merge mixes tokens",
             "Move the heads axis next to the features before reshaping: (B, h, N, d) -> (B, N, h, d) -> (B, N, E).",
-            "After your merge, does each token's vector hold only that token's heads?", _heads("tokens")),
+            "After your merge, does each token's vector hold only that token's heads?",
+            keyed(_heads_problem, "tokens")),
 )
 
 
@@ -695,30 +690,23 @@ def _block_dropout_problem(view: View) -> tuple[str, str] | None:
                          f"puts it: a dropout is misplaced, or uses another probability than {name}")
 
 
-def _block_dropout(which: str):
-    def detect(view: View) -> str | None:
-        found = _block_dropout_problem(view)
-        return found[1] if found and found[0] == which else None
-    return detect
-
-
 BLOCK_DROPOUT = (
     symptom("eval_mode_dropout", "dropout acting in eval mode",
             "nn.Dropout is off in eval mode; F.dropout needs training=self.training.",
             "After module.eval(), should your output still depend on the dropout probability? Which of your dropouts "
-            "does not know the module's mode?", _block_dropout("eval")),
+            "does not know the module's mode?", keyed(_block_dropout_problem, "eval")),
     symptom("dropout_probability_unused", "a dropout probability that changes nothing",
             "Build the dropout the exercise describes with that probability, where the exercise puts it.",
             "With that probability at 1.0 in training mode, your output does not change: which dropout should it "
-            "set, and does yours exist?", _block_dropout("unused")),
+            "set, and does yours exist?", keyed(_block_dropout_problem, "unused")),
     symptom("dropout_misplaced", "a dropout in another place or with another probability",
             "Put each dropout where the exercise puts it, with the probability it names.",
             "With that probability at 1.0 your output is not what the exercise's dropout gives: where does your "
-            "dropout sit, and which probability does it get?", _block_dropout("misplaced")),
+            "dropout sit, and which probability does it get?", keyed(_block_dropout_problem, "misplaced")),
     symptom("dropout_mask_differs", "dropout masks other than the exercise's",
             "The exercise's dropouts, in its order, each applied once in forward.",
             "With the same seed your dropouts drop other numbers: is one misplaced, missing or extra, or does "
-            "forward draw random numbers of its own?", _block_dropout("seeded")),
+            "forward draw random numbers of its own?", keyed(_block_dropout_problem, "seeded")),
 )
 
 
@@ -764,10 +752,7 @@ def _tokens_problem(view: View, name: str, class_token: bool) -> tuple[str, str]
 def tokens(name: str, class_token: bool) -> tuple[Mistake, ...]:
     """The token symptoms of an output ``name`` (B, T, E); ``class_token``: token 0 is the class token."""
     def detect(which):
-        def read(view: View) -> str | None:
-            found = _tokens_problem(view, name, class_token)
-            return found[1] if found and found[0] == which else None
-        return read
+        return keyed(_tokens_problem, which, name, class_token)
     found = []
     if class_token:
         found += [

@@ -16,7 +16,7 @@ from ...questions.common import first_if_tuple
 from ._common import mistaken_mask_softmax, parts, vitref
 from ..diagnosis import View
 from ._changes import norms_swapped, relu_for_gelu, values_from_keys
-from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE, by_tag, symptom
+from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE, by_tag, keyed, symptom
 from ...questions.ch08_decoder import (
     cross_mask,
 )
@@ -93,26 +93,19 @@ def _mask_problem(view: View) -> tuple[str, str] | None:
     return None
 
 
-def _mask_read(which: str):
-    def detect(view: View) -> str | None:
-        found = _mask_problem(view)
-        return found[1] if found and found[0] == which else None
-    return detect
-
-
 MASK_SYMPTOMS = (
     symptom("mask_shape", "the mask is not (T, T)", "Return the (T, T) matrix itself.",
-            "How many rows and columns does a mask of T queries and T keys have?", _mask_read("shape")),
+            "How many rows and columns does a mask of T queries and T keys have?", keyed(_mask_problem, "shape")),
     symptom("mask_values", "the mask holds values other than 0 and 1",
             "1/True where a query may attend, 0/False where it is blocked.",
-            "Which two values should a mask hold, and what does each mean?", _mask_read("values")),
+            "Which two values should a mask hold, and what does each mean?", keyed(_mask_problem, "values")),
     symptom("mask_sees_future", "a query may attend a later key",
             "Keys s > t (the future) are blocked: the lower triangle, diagonal included.",
-            "Find a query in your mask that may look at a later position: should it?", _mask_read("future")),
+            "Find a query in your mask that may look at a later position: should it?", keyed(_mask_problem, "future")),
     symptom("mask_blocks_past", "a query is blocked from an earlier key (or itself)",
             "Every key s <= t, the query itself included, is allowed.",
             "Find a query in your mask that may not see an earlier position, or itself: should it be blocked?",
-            _mask_read("past")),
+            keyed(_mask_problem, "past")),
 )
 
 
