@@ -7,8 +7,12 @@ catalogued) named; the value questions never give their value away.
 """
 from __future__ import annotations
 
+import ast
+import io
 import math
 import re
+import textwrap
+import tokenize
 from pathlib import Path
 
 import nbformat
@@ -408,27 +412,6 @@ def _cells(name):
     return nbformat.read(ROOT / "solutions" / name / f"{name}.ipynb", as_version=4).cells
 
 
-def _grade_id(cell):
-    m = re.match(r'print\(autograder\.grade\("(\w+)"', cell.source)
-    return m.group(1) if m else None
-
-
-def _sections(name):
-    """(qid, markdown before the answer cell since the previous test cell, answer cell)."""
-    cells, found, markdown = _cells(name), [], []
-    for i, cell in enumerate(cells):
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type == "markdown":
-            markdown.append(cell)
-        elif meta.get("solution"):
-            test = next(c for c in cells[i + 1:] if c.metadata.get("nbgrader", {}).get("grade"))
-            found.append((_grade_id(test), markdown, cell))
-            markdown = []
-        elif meta.get("grade"):
-            markdown = []
-    return found
-
-
 # The hints and the names the given code reads: tests/test_conventions.py (with the fix in each message).
 
 
@@ -448,17 +431,164 @@ def test_the_exercise_shows_the_slides_partial_code(name, qid, scaffold):
         assert cell.source.index("raise NotImplementedError()") < cell.source.index(line)
 
 
+# ----------------------------------------------------------------- Hint 2 is a scaffold, never the answer
+#
+# A Hint 2 gives the shapes, a pattern's left side, a question that points at the next step, or a
+# partial step with its key part left blank (`<...>` or `...`), never the lines of the answer. The
+# answer is the code between ### BEGIN SOLUTION and ### END SOLUTION; what the student is given (the
+# answer cell's other code, the question's text) may be quoted.
+
+SCAFFOLD = ("rewrite Hint 2 as a scaffold: the shapes, a pattern's left side, a question that points at the "
+            "next step, or a partial step with the key part left as <...> (CONTRIBUTING.md, 'Add a question', 4)")
+BLANK = re.compile(r"<[^<>]*>|\.\.\.")        # a blank in a hint's code: <what goes there> or ...
+MIN_LINE, MIN_EXPRESSION, MIN_SKELETON = 12, 16, 6
+
+
+def _squeeze(text: str) -> str:
+    return re.sub(r"\s+", "", text)
+
+
+def _without_comments(source: str) -> str:
+    """The Python source with its comments cut out (strings that hold a # are kept)."""
+    lines = source.splitlines()
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT:
+            row, col = token.start
+            lines[row - 1] = lines[row - 1][:col]
+    return "\n".join(lines)
+
+
+def _solution_regions(source: str) -> tuple[list[str], str]:
+    """(the solution regions of an answer cell, comments out; the cell's given code without them)."""
+    pattern = re.compile(r"[ \t]*### BEGIN SOLUTION\n(.*?)[ \t]*### END SOLUTION", re.DOTALL)
+    regions = [textwrap.dedent(_without_comments(m)) for m in pattern.findall(source)]
+    return regions, _without_comments(pattern.sub("", source))
+
+
+def _key_expressions(region: str) -> list[str]:
+    """The values the answer computes: each assignment's right-hand side, each returned or evaluated
+    expression, and each call inside them (squeezed)."""
+    found = []
+    for node in ast.walk(ast.parse(region)):
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Return, ast.Expr)) and node.value:
+            found.append(node.value)
+        elif isinstance(node, ast.Call):
+            found.append(node)
+    return [_squeeze(ast.get_source_segment(region, node) or "") for node in found]
+
+
+def _skeleton_matches(span: str, statement: str) -> bool:
+    """Whether a hint's code `span`, its blanks filled in, is the whole `statement` (both squeezed)."""
+    parts = BLANK.split(span)
+    literal = "".join(parts)
+    if len(parts) == 1 or len(literal) < MIN_SKELETON:
+        return False
+    return re.fullmatch(".+".join(map(re.escape, parts)), statement) is not None
+
+
+def _answer_problems(hint: str, answer: str, given_text: str) -> list[str]:
+    """What of the answer cell's solution Hint 2 gives away (hint and given_text squeezed)."""
+    regions, given_code = _solution_regions(answer)
+    given = _squeeze(given_code) + given_text
+    problems = []
+    for region in regions:
+        for line in map(_squeeze, region.splitlines()):
+            if len(line) >= MIN_LINE and line in hint and line not in given:
+                problems.append(f"it gives the answer's line {line!r}")
+        for expression in _key_expressions(region):
+            if len(expression) >= MIN_EXPRESSION and expression in hint and expression not in given:
+                problems.append(f"it gives the answer's expression {expression!r}")
+    for region in regions:
+        statements = ast.parse(region).body
+        if len(statements) != 1:        # a one-statement answer: no skeleton of it either
+            continue
+        whole = _squeeze(ast.get_source_segment(region, statements[0]) or "")
+        value = getattr(statements[0], "value", None)
+        rhs = _squeeze(ast.get_source_segment(region, value) or "") if value else whole
+        for span in re.findall(r"`([^`]+)`", hint):
+            if _skeleton_matches(span, whole) or _skeleton_matches(span, rhs):
+                problems.append(f"its skeleton `{span}` is the one-line answer {whole!r} with a blank in it")
+    return list(dict.fromkeys(problems))
+
+
+def _options(intro: str) -> dict[int, str]:
+    """A multiple-choice question's options, {number: text}, from its numbered list."""
+    found = re.findall(r"^(\d+)\. (.+?)(?=^\d+\. |^\s*$|\Z)", intro, flags=re.MULTILINE | re.DOTALL)
+    return {int(number): " ".join(text.split()) for number, text in found}
+
+
+def _phrases(text: str, n: int = 3) -> set[str]:
+    words = re.findall(r"[a-z0-9'-]+", text.lower())
+    return {" ".join(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def _value_problems(q, hint: str, intro: str) -> list[str]:
+    """What of a value question's answer Hint 2 (raw text) gives away: the right option (its number
+    as the answer, or a phrase of its own), or the expected number."""
+    expected = float(entry(q.id).references()[0])
+    if "options" not in q.cases[0].params:
+        shown = {f"{expected:g}", f"{round(expected, 2):g}"} - {str(d) for d in range(10)}
+        return [f"it states the expected value {v}" for v in sorted(shown)
+                if re.search(rf"(?<![\d.]){re.escape(v)}(?![\d])", hint)]
+    options, right = _options(intro), int(expected)
+    assert right in options and len(options) == q.cases[0].params["options"], (q.id, sorted(options))
+    problems = [f"it names option {right} as the answer" for _ in re.finditer(
+        rf"\b(?:option|answer|choice|number)\s*\(?{right}\)?(?!\d)|\({right}\)|\b{right}\)", hint, re.IGNORECASE)]
+    stem = intro[:intro.index("\n1. ")]
+    elsewhere = " ".join([stem, *(t for k, t in options.items() if k != right)])
+    common = _phrases(elsewhere, 1)                 # words that do not point at the right option
+    own = sorted(p for p in _phrases(options[right]) & _phrases(hint) if set(p.split()) - common)
+    return problems + [f"it quotes the right option ({right}): {', '.join(repr(p) for p in own)}"] * bool(own)
+
+
+def _hint_2_of(name: str, qid: str, hint: str | None = None) -> list[str]:
+    """How the Hint 2 of question ``qid`` (the notebook's, or ``hint``) gives its answer away."""
+    q = autograder.question(qid)
+    cells = {c.get("id"): c for c in _cells(name)}
+    intro, hints, answer = (cells[f"{qid}-{s}"].source for s in ("intro", "hints", "answer"))
+    hint = hints.split("<summary>Hint 2</summary>")[1] if hint is None else hint
+    found = _answer_problems(_squeeze(hint), answer, _squeeze(intro))
+    return found + (_value_problems(q, hint, intro) if q.kind == "value" else [])
+
+
 @pytest.mark.parametrize("name", ASSIGNMENTS)
 def test_hint_2_is_a_scaffold_not_the_answer(name):
-    """Hint 2 may give the shapes, a pattern's left side, the first line: at most half of the
-    solution region's lines (whitespace and comments aside), and none of a one-line answer."""
-    def norm(text):
-        return re.sub(r"\s+", "", text)
+    """No Hint 2 holds a line of its answer (>= 12 characters, whitespace and comments aside), an
+    expression the answer computes (>= 16), a skeleton of a one-line answer, the right option of a
+    multiple-choice question or a value question's number; what the question gives may be quoted."""
+    problems = [f"solutions/{name}/{name}.ipynb, cell {q.id}-hints: Hint 2 {what}: {SCAFFOLD}"
+                for q in autograder.questions() if q.chapter == name for what in _hint_2_of(name, q.id)]
+    assert not problems, "\n".join(problems)
 
-    for qid, markdown, answer in _sections(name):
-        hint = norm(markdown[-1].source.split("<summary>Hint 2</summary>")[1])
-        src = answer.source
-        region = src[src.index("### BEGIN SOLUTION"):src.index("### END SOLUTION")].splitlines()[1:]
-        lines = [line for line in (norm(raw.split("#")[0]) for raw in region) if len(line) >= 12]
-        given = [line for line in lines if line in hint]
-        assert 2 * len(given) <= len(lines), f"{name}/{qid}: Hint 2 gives the answer's lines {given}"
+
+# Hint 2s the notebooks held before, each giving its answer away, and what the check must say of each.
+@pytest.mark.parametrize("name, qid, hint, says", [
+    ("03_attention", "attention_head", "`q, k, v = self.query(x), self.key(x), self.value(x)` are each "
+     "`(B, T, head_dim)`.", "the answer's line 'q,k,v=self.query(x),self.key(x),self.value(x)'"),
+    ("05_blocks", "q6", "One line: `return x + <what self.fn makes of x, with the keyword arguments passed on>`.",
+     "is the one-line answer"),
+    ("05_blocks", "concept_warmup", "The chapter's experiment: post-LN concentrates the gradient near the output; "
+     "the first Adam steps are full-size steps on very few gradient samples.", "'near the output'"),
+    ("08_decoder", "kv_cache", "put the cached keys first, `k = torch.cat([cache[0], k], dim=2)`, and the same for "
+     "`v`", "the answer's line 'k=torch.cat([cache[0],k],dim=2)'"),
+    ("09_training", "train_to_accuracy", "then `lr = peak_lr * 0.5 * (1 + math.cos(math.pi * (progress - warmup) / "
+     "(1 - warmup)))`", "'peak_lr*0.5*(1+math.cos(math.pi*(progress-warmup)/(1-warmup)))'"),
+    ("09_training", "train_to_accuracy", "the step is `loss = F.cross_entropy(model(images[index]), labels[index], "
+     "label_smoothing=0.1)`", "'F.cross_entropy(model(images[index]),labels[index],label_smoothing=0.1)'"),
+    ("08_decoder", "causal_mask", "Start from `torch.ones(T, T, dtype=torch.bool)` and keep one triangle.",
+     "expression 'torch.ones(T,T,dtype=torch.bool)'"),
+    ("09_training", "concept_augmentation", "Shifted images teach it that: the answer is option 2.",
+     "names option 2 as the answer"),
+    ("01_tokens", "concept_patch_numbers", "8 x 8 pixels of 3 numbers: 192 in all.", "the expected value 192"),
+])
+def test_hint_2_check_catches_an_answer_given_away(name, qid, hint, says):
+    assert any(says in problem for problem in _hint_2_of(name, qid, hint)), _hint_2_of(name, qid, hint)
+
+
+@pytest.mark.parametrize("name, qid, hint", [
+    ("03_attention", "softmax", "`shifted = x - <the maximum along dim, kept>`, then `exps = <e to the power>`"),
+    ("06_patch_embedding", "q3", 'the left side is `"() n e -> "`; write the right side, with `b=b`'),
+    ("05_blocks", "concept_warmup", "Which option needs both? Compare the first block's gradient with the last's."),
+])
+def test_hint_2_check_lets_a_scaffold_through(name, qid, hint):
+    assert _hint_2_of(name, qid, hint) == []
