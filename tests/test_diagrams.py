@@ -22,14 +22,14 @@ LABELS = {
                                      "Q (B, h, T, d_k)", "K (B, h, S, d_k)", "V (B, h, S, d_k)",
                                      "scores (B, h, T, S)", "weights (B, h, T, S)", "merge heads",
                                      "(B, T, h·d_k) = (B, T, D)", "Linear  W_O", "output (B, T, D)"],
-    "encoder_block_diagram": ["Post-LN (original Transformer)", "Pre-LN (ViT, GPT-2)", "Multi-head attention",
+    "encoder_block_diagram": ["Post-LN", "(original Transformer)", "Pre-LN", "(ViT, GPT-2)", "Multi-head attention",
                               "LayerNorm", "MLP", "× L", "(B, T, D)"],
     "vit_diagram": ["image (B, C, H, W)", "flattened patches (B, N, P²·C)", "Linear projection E  (P²·C → D)",
-                    "CLS", "+ positions E_pos", "(B, N+1, D)", "Transformer encoder: L pre-LN blocks", "LayerNorm",
+                    "CLS", "+ positions", "E_pos", "(B, N+1, D)", "Transformer encoder: L pre-LN blocks", "LayerNorm",
                     "token 0: (B, D)", "Linear head", "class scores (B, classes)"],
     "decoder_block_diagram": ["Masked multi-head attention", "Multi-head cross-attention", "encoder output",
                               "(B, S, D)", "keys, values", "weights (B, h, T, S)", "MLP", "× L", "(B, T, D)"],
-    "kv_cache_diagram": ["step t = 1", "step t = 4", "W_Q, W_K, W_V", "q4", "k4", "v4", "k1", "(B, h, t, d_k)",
+    "kv_cache_diagram": ["step t = 1", "step t = 4", "W_Q  W_K  W_V", "q4", "k4", "v4", "k1", "(B, h, t, d_k)",
                          "(B, h, 1, t)", "(B, 1, D)", "token 5"],
 }
 
@@ -85,6 +85,46 @@ def test_labels_do_not_overlap_and_stay_on_the_canvas(name):
     assert not clashes, f"{name}: labels drawn over each other: {clashes[:5]}"
 
 
+# The book shows each diagram as an <img> of its SVG, whose size is the figure's: figwidth x 72 pt, and
+# 1 pt = 4/3 CSS px. The theme's `img {max-width: 100%}` scales a wider one down to the text column, never
+# a narrower one up. The column is about 720 px wide in a 1280-px window, and 358 px on a 390-px phone
+# (sphinx-book-theme: 1rem of padding on each side below 768 px).
+PAGE_COLUMN, PHONE_COLUMN = 720, 358
+MIN_PAGE_PX, MIN_PHONE_PX = 11, 7
+
+
+def smallest_label_px(figure, column: float) -> tuple[float, str]:
+    """(the size in CSS px at which ``figure``'s smallest label is shown in a column ``column`` px wide,
+    that label)."""
+    natural = figure.get_figwidth() * 72 * 4 / 3                   # the SVG's width in px
+    scale = min(1.0, column / natural)
+    labels = [t for ax in figure.axes for t in ax.texts] + list(figure.texts)
+    return min((t.get_fontsize() * 4 / 3 * scale, t.get_text()) for t in labels if t.get_text().strip())
+
+
+def test_smallest_label_px_is_the_arithmetic_of_the_page():
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(10, 2))                                   # 960 px: scaled by 720 / 960 in the page
+    fig.text(0.5, 0.5, "tiny", fontsize=9)
+    fig.text(0.5, 0.2, "large", fontsize=14)
+    assert smallest_label_px(fig, 720) == (9 * 4 / 3 * 0.75, "tiny")
+    fig.set_figwidth(5)                                             # 480 px: shown at its own size
+    assert smallest_label_px(fig, 720) == (12.0, "tiny")
+
+
+@pytest.mark.parametrize("name", sorted(diagrams.DIAGRAMS))
+def test_every_label_reads_at_the_pages_width_and_on_a_phone(name):
+    fig = diagrams.DIAGRAMS[name]()
+    page, label = smallest_label_px(fig, PAGE_COLUMN)
+    assert page >= MIN_PAGE_PX, (
+        f"{name}: {label!r} is set at {page:.1f} px in a {PAGE_COLUMN}-px column (at least {MIN_PAGE_PX}): "
+        f"enlarge its font or narrow the figure ({fig.get_figwidth():.2f} in), with fewer or wrapped labels")
+    phone, label = smallest_label_px(fig, PHONE_COLUMN)
+    assert phone >= MIN_PHONE_PX, (
+        f"{name}: {label!r} is set at {phone:.1f} px on a 390-px phone (at least {MIN_PHONE_PX}): narrow the figure")
+
+
 def test_kv_cache_diagram_draws_the_steps_it_is_asked_for():
     texts = svg_texts(diagrams.to_svg(diagrams.kv_cache_diagram(steps=3)))
     assert "step t = 3" in texts and "k3" in texts and "step t = 4" not in texts and "k4" not in texts
@@ -127,6 +167,8 @@ def test_chapter_shows_its_diagrams_with_alt_text_and_caption(chapter):
         alt = meta.get("mystnb", {}).get("image", {}).get("alt", "")
         caption = meta.get("mystnb", {}).get("figure", {}).get("caption", "")
         assert len(alt) >= 150 and "(B, " in alt, f"{chapter}/{name}: alt text must describe the figure: {alt!r}"
+        assert "width" not in meta.get("mystnb", {}).get("image", {}), (
+            f"{chapter}/{name}: no width for the image: the label sizes are measured for its own size")
         assert caption.strip(), f"{chapter}/{name}: no caption"
         assert not cell["outputs"]
         # the cell runs and its last expression is the SVG that the build shows

@@ -5,6 +5,11 @@ drawing one changes no global state); :func:`to_svg` renders it with its text ke
 labels can be searched, selected and read by a screen reader. The chapters call them in cells whose
 input is hidden, and the test ``tests/test_diagrams.py`` checks their labels.
 
+Every label is set at :data:`SMALL` points or more, and a canvas is at most about 7.3 inches wide: the book
+shows each figure at its own size (1 pt = 4/3 CSS px) or scaled down to the text column, so every label is
+at least 11 px in the page's 720-px column and about 7.5 px or more on a 390-px phone
+(``tests/test_diagrams.py`` measures it). Fewer, larger labels: a long one is wrapped, not shrunk.
+
 Shapes are written with the chapters' symbols: ``B`` batch, ``T`` queries (tokens), ``S`` keys,
 ``D`` model width, ``h`` heads, ``d_k`` width per head, ``N`` patches, ``P`` patch size, ``C``
 channels, ``L`` blocks. Every diagram flows from the bottom up, as in the Transformer and ViT
@@ -38,8 +43,9 @@ COLORS = {
 RESIDUAL = "#c0392b"          # residual connections
 LINE = "#333333"              # data flow
 SHAPE = "#555555"             # shape labels
-FONT = 10                     # box labels
-SMALL = 8.5                   # shape labels
+FONT = 12                     # box labels
+SMALL = 11                    # shape labels and notes: the smallest type of every diagram
+TITLE = 13                    # a diagram's title
 
 
 @dataclass
@@ -130,7 +136,7 @@ class Canvas:
         """A tensor's shape, in the small grey type of every shape label."""
         self.text(x, y, text, fontsize=SMALL, ha=ha, va=va, color=SHAPE, style="italic")
 
-    def title(self, x: float, y: float, text: str, fontsize: float = 11.5) -> None:
+    def title(self, x: float, y: float, text: str, fontsize: float = TITLE) -> None:
         self.text(x, y, text, fontsize=fontsize, weight="bold")
 
     def residual(self, start, end, x: float) -> None:
@@ -190,18 +196,17 @@ def _group(c: Canvas, left: float, bottom: float, right: float, top: float, labe
 
 def encoder_block_diagram() -> Figure:
     """Chapter 5: the encoder block, post-LN (original Transformer) and pre-LN (ViT), side by side."""
-    c = Canvas(8.0, 5.9)
+    c = Canvas(6.5, 6.3)
     post = [("Multi-head attention", "attention"), "+", ("LayerNorm", "norm"),
             ("MLP", "mlp"), "+", ("LayerNorm", "norm")]
     pre = [("LayerNorm", "norm"), ("Multi-head attention", "attention"), "+",
            ("LayerNorm", "norm"), ("MLP", "mlp"), "+"]
-    for cx, title, steps, residuals in [(2.1, "Post-LN (original Transformer)", post, [(0, 1), (3, 4)]),
-                                        (6.0, "Pre-LN (ViT, GPT-2)", pre, [(0, 2), (3, 5)])]:
-        boxes, out = _stack(c, cx + 0.15, 1.15, steps, residuals)
-        _group(c, cx - 1.6, 0.85, cx + 1.75, boxes[-1].top[1] + 0.13)
-        c.title(cx, out[1] + 0.3, title)
-    c.text(4.0, 0.12, "input at the bottom; red lines: residual connections (the identity path)",
-           fontsize=SMALL, color=SHAPE, va="bottom")
+    for cx, title, steps, residuals in [(1.7, "Post-LN\n(original Transformer)", post, [(0, 1), (3, 4)]),
+                                        (4.85, "Pre-LN\n(ViT, GPT-2)", pre, [(0, 2), (3, 5)])]:
+        boxes, out = _stack(c, cx, 1.15, steps, residuals, width=2.2)
+        _group(c, cx - 1.55, 0.85, cx + 1.5, boxes[-1].top[1] + 0.13)
+        c.title(cx, out[1] + 0.4, title)
+    c.text(3.25, 0.1, "red: residual connections (the identity path)", fontsize=SMALL, color=SHAPE, va="bottom")
     return c.figure
 
 
@@ -225,22 +230,21 @@ def scaled_dot_product_attention_diagram() -> Figure:
     soft = c.box(cx, 4.15, w, h, "Softmax over S", "op")
     c.arrow(mask.top, soft.bottom, label="(B, T, S)")
     mm2 = c.box(cx + 0.6, 5.15, w, h, "MatMul  weights · V", "op")
-    c.arrow(soft.top, (soft.cx, mm2.bottom[1]), label="weights (B, T, S)")
+    c.arrow(soft.top, (soft.cx, mm2.bottom[1]), label="weights (B, T, S)", side="left")
     c.path([v.top, (v.cx, 4.7), (mm2.cx + 0.6, 4.7), (mm2.cx + 0.6, mm2.bottom[1])])
-    c.shape(v.cx + 0.08, 2.8, "(B, S, d_v)")
     c.arrow(mm2.top, (mm2.cx, 5.85), label="output (B, T, d_v)")
-    c.text(0.15, 6.22, "Scaled dot-product attention", fontsize=11.5, weight="bold", ha="left")
+    c.text(0.15, 6.22, "Scaled dot-product attention", fontsize=TITLE, weight="bold", ha="left")
     return c.figure
 
 
 def multi_head_attention_diagram() -> Figure:
     """Chapter 4: multi-head attention's data flow, with the tensor shapes between the steps."""
-    c = Canvas(8.0, 7.35)
-    lanes = {"Q": 1.6, "K": 4.0, "V": 6.4}
-    w, h, kind_in = 2.0, 0.44, {"Q": "(B, T, D)", "K": "(B, S, D)", "V": "(B, S, D)"}
-    x_in = c.box(lanes["Q"], 0.42, 1.5, 0.42, "x", "tensor", bold=True)
+    c = Canvas(7.1, 7.35)
+    lanes = {"Q": 1.25, "K": 3.45, "V": 5.65}
+    w, h, kind_in = 1.95, 0.44, {"Q": "(B, T, D)", "K": "(B, S, D)", "V": "(B, S, D)"}
+    x_in = c.box(lanes["Q"], 0.42, 1.3, 0.42, "x", "tensor", bold=True)
     c.shape(x_in.right[0] + 0.1, x_in.cy, "(B, T, D)")
-    ctx = c.box(5.2, 0.42, 1.5, 0.42, "context", "tensor", bold=True)
+    ctx = c.box(4.55, 0.42, 1.3, 0.42, "context", "tensor", bold=True)
     c.shape(ctx.right[0] + 0.1, ctx.cy, "(B, S, D)")
     c.text(ctx.cx, 0.0, "self-attention: context = x, S = T", fontsize=SMALL, color=SHAPE, va="bottom")
     proj, split = {}, {}
@@ -251,44 +255,45 @@ def multi_head_attention_diagram() -> Figure:
     c.arrow(x_in.top, proj["Q"].bottom)
     for name in ("K", "V"):
         c.path([ctx.top, (ctx.cx, 0.86), (lanes[name], 0.86), proj[name].bottom])
-    scores = c.box(2.8, 3.1, 3.0, h, "Q Kᵀ / √d_k", "op")
-    c.arrow(split["Q"].top, (lanes["Q"], scores.bottom[1]), label="Q (B, h, T, d_k)", side="left")
+    scores = c.box(2.35, 3.1, 3.0, h, "Q Kᵀ / √d_k", "op")
+    c.arrow(split["Q"].top, (lanes["Q"], scores.bottom[1]), label="Q (B, h, T, d_k)")
     c.arrow(split["K"].top, (lanes["K"], scores.bottom[1]), label="K (B, h, S, d_k)")
-    soft = c.box(2.8, 3.95, 3.0, h, "softmax over S (+ mask)", "op")
+    soft = c.box(2.35, 3.95, 3.0, h, "softmax over S (+ mask)", "op")
     c.arrow(scores.top, soft.bottom, label="scores (B, h, T, S)")
-    mix = c.box(4.6, 4.8, 4.0, h, "weights · V", "op")
+    mix = c.box(4.0, 4.8, 3.7, h, "weights · V", "op")
     c.arrow(soft.top, (soft.cx, mix.bottom[1]), label="weights (B, h, T, S)", side="left")
-    c.arrow(split["V"].top, (lanes["V"], mix.bottom[1]), label="V (B, h, S, d_k)")
-    merge = c.box(4.6, 5.65, 2.4, h, "merge heads", "op")
+    c.path([split["V"].top, (lanes["V"], mix.bottom[1])])
+    c.shape(lanes["V"] - 0.08, 3.95, "V (B, h, S, d_k)", ha="right")
+    merge = c.box(4.0, 5.65, 2.2, h, "merge heads", "op")
     c.arrow(mix.top, merge.bottom, label="(B, h, T, d_k)")
-    out = c.box(4.6, 6.5, 2.4, h, "Linear  W_O", "linear")
+    out = c.box(4.0, 6.5, 2.2, h, "Linear  W_O", "linear")
     c.arrow(merge.top, out.bottom, label="(B, T, h·d_k) = (B, T, D)")
     c.arrow(out.top, (out.cx, 7.3), label="output (B, T, D)")
-    c.text(0.15, 7.0, "Multi-head attention", fontsize=11.5, weight="bold", ha="left")
-    c.text(0.15, 6.65, "h heads of width d_k = D / h,\nall computed at once", fontsize=SMALL, ha="left",
-           va="top", color=SHAPE)
+    c.text(0.1, 7.05, "Multi-head attention", fontsize=TITLE, weight="bold", ha="left")
+    c.text(0.1, 6.75, "h heads of width\nd_k = D / h,\nall at once", fontsize=SMALL, ha="left", va="top", color=SHAPE)
     return c.figure
 
 
 def vit_diagram() -> Figure:
     """Chapters 6 and 7: image -> patches -> linear projection -> class token and positions ->
     L encoder blocks -> LayerNorm -> head on the class token."""
-    c = Canvas(9.0, 6.5)
+    c = Canvas(7.3, 6.6)
     # the image, cut into a 3 x 3 grid of patches (the figure's stand-in for N patches)
-    g, side, x0, y0 = 3, 1.35, 0.2, 0.35
+    g, side, x0, y0 = 3, 1.2, 0.1, 0.35
     shades = ["#7fa7c9", "#9dbdd6", "#bcd3e3", "#86b08b", "#a7c9a4", "#c8dfc3", "#d9a38b", "#e6bca7", "#f0d4c6"]
     cell = side / g
     for i in range(g):
         for j in range(g):
             c.ax.add_patch(Rectangle((x0 + j * cell, y0 + (g - 1 - i) * cell), cell, cell,
                                      fc=shades[i * g + j], ec="white", lw=1.5, zorder=2))
-    c.shape(x0 + side / 2, y0 + side + 0.17, "image (B, C, H, W)", ha="center")
-    # one column per token: the class token's, then the N patches' in reading order
-    pw, gap, first = 0.42, 0.12, 2.6
-    token_x = [first + pw / 2 + k * (pw + gap) for k in range(g * g + 1)]
-    patch_x, left, right = token_x[1:], token_x[0] - pw / 2, token_x[-1] + pw / 2
+    c.shape(x0, y0 + side + 0.2, "image (B, C, H, W)")
+    # one column per token: the class token's, then (a little apart) the N patches' in reading order
+    pw, pitch, cls_x = 0.4, 0.5, 2.25
+    patch_x = [cls_x + 0.75 + k * pitch for k in range(g * g)]
+    token_x = [cls_x, *patch_x]
+    left, right = cls_x - pw / 2, patch_x[-1] + pw / 2
     c.arrow((x0 + side + 0.05, 0.55), (patch_x[0] - pw / 2 - 0.05, 0.55))
-    c.text((x0 + side + patch_x[0] - pw / 2) / 2, 0.95, "N = HW/P²\npatches", fontsize=SMALL, color=SHAPE)
+    c.text((x0 + side + patch_x[0] - pw / 2) / 2, 1.0, "N = HW/P²\npatches", fontsize=SMALL, color=SHAPE)
     for k, x in enumerate(patch_x):
         c.ax.add_patch(Rectangle((x - pw / 2, 0.35), pw, 0.4, fc=shades[k], ec=LINE, lw=0.8, zorder=2))
         c.text(x, 0.55, str(k + 1), fontsize=SMALL)
@@ -298,37 +303,36 @@ def vit_diagram() -> Figure:
     for x in patch_x:
         c.arrow((x, 0.75), (x, proj.bottom[1]), lw=0.9)
     # tokens, each plus its row of the position table
-    ty, py = 2.3, 2.98
+    ty, py = 2.45, 3.15
     for k, x in enumerate(token_x):
-        c.box(x, ty, pw, 0.38, "CLS" if k == 0 else "", "attention" if k == 0 else "embed",
-              fontsize=SMALL - 1.5, rounded=False)
-        c.text(x, (ty + py) / 2 - 0.01, "+", fontsize=SMALL + 1)
+        c.box(x, ty, pw, 0.38, "CLS" if k == 0 else "", "attention" if k == 0 else "embed", fontsize=SMALL,
+              rounded=False)
+        c.text(x, (ty + py) / 2 - 0.01, "+", fontsize=FONT)
         c.box(x, py, pw, 0.3, str(k), "norm", fontsize=SMALL, rounded=False)
         if k:
             c.arrow((x, proj.top[1]), (x, ty - 0.19), lw=0.9)
-    c.text(token_x[0], ty - 0.3, "learned\nclass token", fontsize=SMALL - 0.5, color=SHAPE, va="top")
-    c.text(left - 0.1, ty, "tokens", fontsize=SMALL, ha="right", color=SHAPE)
-    c.text(left - 0.1, py, "+ positions E_pos", fontsize=SMALL, ha="right", color=SHAPE)
-    c.shape(right + 0.1, (ty + py) / 2, "(B, N+1, D)")
-    enc = c.box((left + right) / 2, 3.9, right - left, 0.7, "", "attention")
-    c.text(enc.cx, enc.cy + 0.11, "Transformer encoder: L pre-LN blocks", fontsize=FONT + 0.5, weight="bold")
-    c.text(enc.cx, enc.cy - 0.17, "(LayerNorm, multi-head attention, +, LayerNorm, MLP, +)", fontsize=SMALL)
+    c.text(cls_x, ty - 0.28, "learned\nclass token", fontsize=SMALL, color=SHAPE, va="top")
+    c.text(left - 0.12, ty, "tokens", fontsize=SMALL, ha="right", color=SHAPE)
+    c.text(left - 0.12, py, "+ positions\nE_pos", fontsize=SMALL, ha="right", color=SHAPE)
+    enc = c.box((left + right) / 2, 4.1, right - left, 0.7, "", "attention")
+    c.text(enc.cx, enc.cy + 0.12, "Transformer encoder: L pre-LN blocks", fontsize=FONT, weight="bold")
+    c.text(enc.cx, enc.cy - 0.17, "(LayerNorm, attention, +, LayerNorm, MLP, +)", fontsize=SMALL)
     for x in token_x:
         c.arrow((x, py + 0.15), (x, enc.bottom[1]), lw=0.9)
-    c.shape(right + 0.1, enc.cy, "(B, N+1, D)")
+    c.shape(left - 0.12, enc.cy, "(B, N+1, D)", ha="right")
     # the head reads the class token only
     for x in patch_x:
         c.ax.plot([x, x], [enc.top[1], enc.top[1] + 0.16], color="#999999", lw=0.9, zorder=1)
-    c.text(right, enc.top[1] + 0.3, "patch tokens' outputs: not used by the classifier", fontsize=SMALL,
-           color="#777777", ha="right")
-    norm = c.box(token_x[0], 4.95, 1.5, 0.42, "LayerNorm", "norm")
-    c.arrow((token_x[0], enc.top[1]), norm.bottom)
-    c.shape(token_x[0] - 0.1, (enc.top[1] + norm.bottom[1]) / 2, "token 0: (B, D)", ha="right")
-    head = c.box(token_x[0], 5.8, 1.5, 0.42, "Linear head", "mlp")
+    c.text(right, enc.top[1] + 0.33, "patch outputs: not used by the head", fontsize=SMALL, color="#666666",
+           ha="right")
+    norm = c.box(cls_x, 5.2, 1.5, 0.42, "LayerNorm", "norm")
+    c.arrow((cls_x, enc.top[1]), norm.bottom)
+    c.shape(cls_x - 0.1, (enc.top[1] + norm.bottom[1]) / 2, "token 0: (B, D)", ha="right")
+    head = c.box(cls_x, 6.05, 1.5, 0.42, "Linear head", "mlp")
     c.arrow(norm.top, head.bottom)
-    c.arrow(head.right, (head.right[0] + 0.6, head.cy))
-    c.shape(head.right[0] + 0.7, head.cy, "class scores (B, classes)")
-    c.text(8.85, 6.25, "Vision Transformer (ViT)", fontsize=11.5, weight="bold", ha="right")
+    c.arrow(head.right, (head.right[0] + 0.5, head.cy))
+    c.shape(head.right[0] + 0.6, head.cy, "class scores (B, classes)")
+    c.text(7.15, 6.45, "Vision Transformer (ViT)", fontsize=TITLE, weight="bold", ha="right")
     return c.figure
 
 
@@ -356,36 +360,35 @@ def decoder_block_diagram() -> Figure:
 def kv_cache_diagram(steps: int = 4) -> Figure:
     """Chapter 8: generation with a KV cache. Each step computes the new token's query, key and value,
     appends the key and value to the cache, and attends from one query over all cached keys."""
-    pitch, first = 1.95, 2.15
-    c = Canvas(first + pitch * (steps - 1) + 1.2, 5.7)
-    cw, ch, base = 0.34, 0.26, 2.1                  # a cache row's width and height; the caches' bottom
+    pitch, first = 1.5, 1.95
+    c = Canvas(first + pitch * (steps - 1) + 0.85, 5.9)
+    cw, ch, base = 0.36, 0.28, 2.1                  # a cache row's width and height; the caches' bottom
     for s in range(steps):
-        t, x = s + 1, first + pitch * s             # x: the K column; V at x + 0.5, the query at x - 0.55
-        mid = x + 0.18
-        c.title(mid, 5.4, f"step t = {t}", fontsize=FONT + 0.5)
-        tok = c.box(mid, 0.6, 1.2, 0.38, f"token {t}", "embed")
-        proj = c.box(mid, 1.4, 1.5, 0.38, "W_Q, W_K, W_V", "linear", fontsize=SMALL + 0.5)
+        t, x = s + 1, first + pitch * s             # x: the K column; V at x + 0.44, the query at x - 0.5
+        mid = x + 0.1
+        c.title(mid, 5.6, f"step t = {t}", fontsize=FONT)
+        tok = c.box(mid, 0.75, 1.1, 0.38, f"token {t}", "embed")
+        proj = c.box(mid, 1.5, 1.3, 0.38, "W_Q  W_K  W_V", "linear", fontsize=SMALL)
         c.arrow(tok.top, proj.bottom)
         top = base + steps * ch                      # the caches hang from here, the newest row lowest
-        for col, name in ((x, "K"), (x + 0.5, "V")):
+        for col, name in ((x, "K"), (x + 0.44, "V")):
             for i in range(t):
                 c.box(col, top - (i + 0.5) * ch, cw, ch, f"{name.lower()}{i + 1}",
-                      "attention" if i == t - 1 else "cache", fontsize=SMALL - 1, rounded=False)
+                      "attention" if i == t - 1 else "cache", fontsize=SMALL, rounded=False)
             c.arrow((col, proj.top[1]), (col, top - t * ch), lw=0.9)
-            c.arrow((col, top), (col, 3.47), lw=0.9)
-        q = c.box(x - 0.55, top - (t - 0.5) * ch, cw, ch, f"q{t}", "attention", fontsize=SMALL - 1, rounded=False)
+            c.arrow((col, top), (col, 3.6), lw=0.9)
+        q = c.box(x - 0.5, top - (t - 0.5) * ch, cw, ch, f"q{t}", "attention", fontsize=SMALL, rounded=False)
         c.arrow((q.cx, proj.top[1]), q.bottom, lw=0.9)
-        att = c.box(mid, 3.7, 1.6, 0.46, "attend: 1 query,\nt keys", "op", fontsize=SMALL)
+        att = c.box(mid, 3.85, 1.3, 0.5, "attend over\nt keys", "op", fontsize=SMALL)
         c.arrow(q.top, (q.cx, att.bottom[1]), lw=0.9)
-        out = c.box(mid, 4.65, 1.2, 0.38, f"token {t + 1}", "embed")
+        out = c.box(mid, 4.85, 1.1, 0.38, f"token {t + 1}", "embed")
         c.arrow(att.top, out.bottom)
-    for y, text in [(0.6, "one new token\n(B, 1, D)"), (1.4, "projections"),
-                    (base + steps * ch / 2, "query, and the\ncache K, V:\n(B, h, t, d_k)"),
-                    (3.7, "scores\n(B, h, 1, t)"), (4.65, "next token")]:
-        c.text(0.1, y, text, fontsize=SMALL, ha="left", color=SHAPE)
-    c.text(c.figure.get_figwidth() / 2, 0.04,
-           "grey: keys and values read from the cache (computed at earlier steps); orange: computed at this step",
-           fontsize=SMALL, color=SHAPE, va="bottom")
+    for y, text in [(0.75, "new token\n(B, 1, D)"), (1.5, "projections"),
+                    (base + steps * ch / 2, "query, and\nthe cache\nK, V:\n(B, h, t, d_k)"),
+                    (3.85, "scores\n(B, h, 1, t)"), (4.85, "next token")]:
+        c.text(0.08, y, text, fontsize=SMALL, ha="left", color=SHAPE)
+    c.text(c.figure.get_figwidth() / 2, 0.04, "grey: keys and values read from the cache (earlier steps)\n"
+           "orange: computed at this step", fontsize=SMALL, color=SHAPE, va="bottom")
     return c.figure
 
 
