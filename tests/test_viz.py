@@ -3,6 +3,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 
+import numpy as np
 import pytest
 import torch
 
@@ -66,10 +67,57 @@ def test_maps_of_a_vitref_model_and_overlays():
     assert maps.shape == (3, 2, 4, 4, 4)
     big = viz.upsample(maps[0, 0, 0], (28, 28))
     assert big.shape == (28, 28) and big.min() == 0 and big.max() == 1
+    assert torch.equal(big[:7, :7], big[0, 0].expand(7, 7))           # one flat block per 7 x 7 patch
     fig = viz.plot_attention_grid(images[0], maps[0], mean=(0.286,), std=(0.353,))
-    assert len(fig.axes) == 8 and all(len(ax.images) == 2 for ax in fig.axes)
+    assert len(fig.axes) == 8 + 1 and all(len(ax.images) == 2 for ax in fig.axes[:8])   # 2 x 4 maps, a colour bar
     ax = viz.overlay(data.sample_photo(), viz.rollout_map(attentions)[0])
-    assert ax.images[0].get_array().shape == (600, 512, 3) and ax.images[1].get_array().shape == (600, 512)
+    assert ax.images[0].get_array().shape == (600, 512, 3) and ax.images[1].get_array().shape == (4, 4)
+    assert ax.images[1].get_extent() == [-0.5, 511.5, 599.5, -0.5]    # the 4 x 4 blocks cover the photo
+
+
+def _heat(ax):
+    """The attention map drawn on ``ax`` (the image is the first picture, the map the second)."""
+    image, heat = ax.images
+    return heat
+
+
+def test_an_overlay_draws_one_flat_block_per_patch_with_a_labelled_colour_bar():
+    attention_map = torch.tensor([[0.05, 0.10], [0.20, 0.40]])
+    ax = viz.overlay(torch.zeros(1, 8, 8), attention_map, alpha=1.0)
+    heat = _heat(ax)
+    assert heat.get_interpolation() in ("nearest", "none")
+    assert torch.equal(torch.as_tensor(heat.get_array().data), attention_map)       # the weights, not rescaled
+    assert (heat.norm.vmin, heat.norm.vmax) == (0.0, pytest.approx(0.40))
+    assert heat.colorbar is not None and heat.colorbar.ax.get_xlabel() == "attention weight"
+    # drawn, each quarter of the picture is one colour: no blend between patches
+    fig = ax.figure
+    ax.set_position((0, 0, 1, 1))
+    heat.colorbar.ax.set_visible(False)
+    fig.set_size_inches(2, 2)
+    fig.canvas.draw()
+    pixels = np.asarray(fig.canvas.buffer_rgba())[..., :3].reshape(-1, 3)
+    colours = {tuple(p) for p in pixels}
+    assert len(colours) <= 4 + 1, f"{len(colours)} colours in a 2 x 2 map: the patches are smoothed"
+
+
+def test_a_map_with_nothing_to_show_gets_no_colour_bar():
+    ax = viz.overlay(torch.zeros(1, 8, 8), torch.rand(2, 2), alpha=0.0)
+    assert _heat(ax).colorbar is None
+    ax = viz.overlay(torch.zeros(1, 8, 8), torch.rand(2, 2), colorbar=False)
+    assert _heat(ax).colorbar is None
+    with pytest.raises(ValueError, match=r"\(grid, grid\)"):
+        viz.overlay(torch.zeros(1, 8, 8), torch.rand(2, 2, 2))
+
+
+def test_the_grid_of_heads_shares_one_colour_scale_and_one_colour_bar():
+    maps = torch.rand(2, 3, 4, 4) / 10
+    maps[1, 2, 0, 0] = 0.9                                            # one large weight sets the common scale
+    fig = viz.plot_attention_grid(torch.zeros(1, 28, 28), maps)
+    heats = [_heat(ax) for ax in fig.axes if len(ax.images) == 2]
+    assert len(heats) == 6 and all(h.get_interpolation() in ("nearest", "none") for h in heats)
+    assert all((h.norm.vmin, h.norm.vmax) == (0.0, pytest.approx(0.9)) for h in heats)
+    bars = [ax for ax in fig.axes if not ax.images]
+    assert len(bars) == 1 and bars[0].get_ylabel() == "attention weight"
 
 
 @pytest.mark.slow   # ViT-Tiny at 224x224 in timm and vitref

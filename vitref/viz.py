@@ -9,7 +9,8 @@ a list of ``L`` tensors ``(B, heads, N+1, N+1)`` (token 0 is the class token):
   the residual connection and renormalise the rows (``0.5 A + 0.5 I``), then multiply the
   layers' matrices, ``R = Ã_L ... Ã_1``: row ``i`` of ``R`` says how much each input token
   flows into token ``i`` at the top. :func:`rollout_map` takes the class token's row;
-* :func:`overlay` and :func:`plot_attention_grid` draw maps over the input image (matplotlib).
+* :func:`overlay` and :func:`plot_attention_grid` draw maps over the input image (matplotlib), one flat
+  block per patch (a map has nothing finer than a patch), each with a colour bar of its weights.
 """
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ import math
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+HEAT_LABEL = "attention weight"      # the colour bar of every map: the weights themselves, not rescaled
 
 
 def _check_attentions(attentions) -> list[torch.Tensor]:
@@ -92,8 +95,9 @@ def attention_of(model, images: torch.Tensor):
     return logits, attentions
 
 
-def upsample(attention_map: torch.Tensor, size, mode: str = "bilinear") -> torch.Tensor:
-    """A ``(grid, grid)`` map resized to ``size = (H, W)`` of the image, rescaled to [0, 1]."""
+def upsample(attention_map: torch.Tensor, size, mode: str = "nearest") -> torch.Tensor:
+    """A ``(grid, grid)`` map resized to ``size = (H, W)`` of the image, rescaled to [0, 1]. ``'nearest'``
+    keeps one flat block per patch; ``'bilinear'`` smooths, inventing detail below a patch."""
     if attention_map.ndim != 2:
         raise ValueError(f"expected one map (grid, grid), got {tuple(attention_map.shape)}")
     m = attention_map[None, None].float()                                   # (1, 1, grid, grid)
@@ -121,37 +125,68 @@ def _as_display_image(image, mean=None, std=None) -> np.ndarray:
     return x.clamp(0, 1).numpy()
 
 
+def _patch_map(attention_map) -> torch.Tensor:
+    m = torch.as_tensor(attention_map).detach().float().cpu()
+    if m.ndim != 2:
+        raise ValueError(f"expected one map (grid, grid), got {tuple(m.shape)}")
+    return m
+
+
+def _colorbar(figure, mappable, label: str, **where):
+    """A colour bar for ``mappable``, ticked at 0 and its top value, labelled ``label``
+    (``where``: ``ax=``, ``location=``... or ``cax=``)."""
+    bar = figure.colorbar(mappable, **where)
+    top = mappable.norm.vmax
+    bar.set_ticks([0.0, top], labels=["0", f"{top:.2g}"])
+    bar.set_label(label, fontsize=8, labelpad=1)
+    bar.ax.tick_params(labelsize=8, length=2, pad=1)
+    return bar
+
+
 def overlay(image, attention_map, ax=None, alpha: float = 0.55, cmap: str = "inferno", title: str | None = None,
-            mean=None, std=None):
-    """Draw ``image`` with ``attention_map (grid, grid)`` upsampled on top. ``mean``/``std``
-    undo a normalisation of a tensor image. Returns the matplotlib axes."""
+            mean=None, std=None, *, vmax: float | None = None, colorbar: bool = True, label: str = HEAT_LABEL):
+    """Draw ``image`` with ``attention_map (grid, grid)`` on top, one flat block per patch (the map has
+    no detail below a patch: never smoothed), coloured from 0 to ``vmax`` (default: the map's largest
+    value), with a colour bar labelled ``label`` (none with ``colorbar=False`` or ``alpha=0``, where no map
+    shows). ``mean``/``std`` undo a normalisation of a tensor image. Returns the matplotlib axes."""
     import matplotlib.pyplot as plt
 
     shown = _as_display_image(image, mean, std)
-    heat = upsample(torch.as_tensor(attention_map), shown.shape[:2]).numpy()
+    heat = _patch_map(attention_map)
     if ax is None:
-        _, ax = plt.subplots(figsize=(3, 3))
+        _, ax = plt.subplots(figsize=(3.6, 3))
+    height, width = shown.shape[:2]
     ax.imshow(shown, cmap="gray" if shown.ndim == 2 else None, vmin=0, vmax=1)
-    ax.imshow(heat, cmap=cmap, alpha=alpha, vmin=0, vmax=1)
+    top = float(heat.max()) if vmax is None else float(vmax)
+    mappable = ax.imshow(heat.numpy(), cmap=cmap, alpha=alpha, vmin=0, vmax=max(top, 1e-12),
+                         interpolation="nearest", extent=(-0.5, width - 0.5, height - 0.5, -0.5))
     ax.set_axis_off()
     if title:
         ax.set_title(title, fontsize=9)
+    if colorbar and alpha > 0:
+        _colorbar(ax.figure, mappable, label, ax=ax, location="bottom", fraction=0.05, pad=0.03, aspect=12)
     return ax
 
 
-def plot_attention_grid(image, maps: torch.Tensor, mean=None, std=None, alpha: float = 0.55, size: float = 1.6):
+def plot_attention_grid(image, maps: torch.Tensor, mean=None, std=None, alpha: float = 0.55, size: float = 1.6,
+                        label: str = HEAT_LABEL):
     """One image's class-token maps ``(L, h, grid, grid)`` as an ``L x h`` grid of overlays
-    (rows: layers, columns: heads). Returns the figure."""
+    (rows: layers, columns: heads), on one colour scale from 0 to the largest weight of all, shown by
+    one colour bar beside the grid. Returns the figure."""
     import matplotlib.pyplot as plt
 
     if maps.ndim != 4:
         raise ValueError(f"expected maps (L, heads, grid, grid) of one image, got {tuple(maps.shape)}")
     layers, heads = maps.shape[:2]
-    fig, axes = plt.subplots(layers, heads, figsize=(size * heads, size * layers), squeeze=False)
+    fig = plt.figure(figsize=(size * heads + 0.9, size * layers))
+    grid = fig.add_gridspec(layers, heads + 1, width_ratios=[1.0] * heads + [0.08])
+    vmax = float(torch.as_tensor(maps).max())
     for layer in range(layers):
         for head in range(heads):
-            overlay(image, maps[layer, head], ax=axes[layer, head], alpha=alpha, mean=mean, std=std,
-                    title=f"layer {layer + 1}, head {head + 1}" if layer == 0 or head == 0 else None)
+            ax = overlay(image, maps[layer, head], ax=fig.add_subplot(grid[layer, head]), alpha=alpha, mean=mean,
+                         std=std, vmax=vmax, colorbar=False,
+                         title=f"layer {layer + 1}, head {head + 1}" if layer == 0 or head == 0 else None)
+    _colorbar(fig, ax.images[-1], label, cax=fig.add_subplot(grid[:, heads]))
     fig.tight_layout()
     return fig
 
