@@ -394,6 +394,7 @@ class Zygote:
         self.memory_mb = memory_mb
         self.group = None
         self.cpu_group = None
+        self.prepared = False
         # the CPU the student processes of this job are pinned to (zygote._pin): one per slot
         cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
         self.cpu = cpus[slot % len(cpus)] if cpus else None
@@ -432,6 +433,7 @@ class Zygote:
         header, _ = self._read(self.start_timeout)
         if header.get("status") != "ready":
             raise SandboxError(f"the grading sandbox did not start: {header}")
+        self.prepared = header.get("prepared") is True    # the payload's prepare() ran once, before any run
         if self.group is not None:
             # the zygote's own memory (its imports) is now known: the student gets --memory on top
             base = self.group.usage() or (ZYGOTE_BASE_MB << 20)

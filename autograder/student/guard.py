@@ -225,7 +225,9 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
     sys.addaudithook(hook)
     _vault_signal(signal_module, _signal)
     gc.set_debug = _refuser("gc.set_debug (DEBUG_SAVEALL keeps every collected object)")
-    _freeze_classes()
+    if not _still_prepared():       # else prepare() froze them, and no module or class was added since
+        _PREPARED.clear()
+        _freeze_classes()
     _disarm_ctypes()
 
 
@@ -419,7 +421,46 @@ def seal():
     did) since this call, among what the probes rely on: the grader's modules and classes (their
     namespaces, their functions' closures and defaults), ``builtins`` and the modules and classes
     of :data:`SEALED_MODULES`/:data:`SEALED_CLASSES`. Call it before :func:`hide`. Only what was
-    there is compared: what a library adds later (a lazily imported name) is not a change."""
+    there is compared: what a library adds later (a lazily imported name) is not a change.
+    Where :func:`prepare` ran in this process's parent and nothing changed since, its snapshot is
+    the one taken."""
+    expected, cells, tags = _prepared_snapshot() or _snapshot()
+    return _verifier(expected, cells, _filled, tags)
+
+
+_PREPARED: dict = {}        # what prepare() made, inherited by every process forked afterwards
+
+
+def prepare() -> None:
+    """Once, in the warm process the student processes are forked from (the sandbox's zygote), before
+    any student's code exists there: make the grader's classes immutable and take :func:`seal`'s
+    snapshot, so that each student process inherits both instead of making them again. (A fresh fork
+    that walks the thousands of objects of the snapshot copies every page that holds one, for their
+    reference counts: about 10 ms a run, and again in each probe's fork.)"""
+    _freeze_classes()
+    _PREPARED.update(snapshot=_snapshot(), modules=_version_tags([sys.modules]))
+
+
+def _unchanged(tags) -> bool:
+    return tags is not None and [_read_tag(reader) for reader in tags[0]] == tags[1]
+
+
+def _still_prepared() -> bool:
+    """Whether :func:`prepare` ran in this process (or its parent) and neither ``sys.modules`` nor a
+    namespace of its snapshot changed since (by the dicts' version tags)."""
+    return "snapshot" in _PREPARED and _unchanged(_PREPARED["modules"]) and _unchanged(_PREPARED["snapshot"][2])
+
+
+def _prepared_snapshot():
+    """:func:`prepare`'s snapshot where it still holds (:func:`lockdown` kept it and no namespace it
+    watches changed since), else None."""
+    snapshot = _PREPARED.get("snapshot")
+    return snapshot if snapshot is not None and _unchanged(snapshot[2]) else None
+
+
+def _snapshot():
+    """(namespaces with their entries, closures with their contents, version tags) of what :func:`seal`
+    watches."""
     namespaces = []
     # (the package ``autograder`` itself is left out: hide() takes its submodules off it, and it holds
     # only the test cells' no-op check/grade)
@@ -447,8 +488,53 @@ def seal():
     # the objects themselves, compared by identity (id() is an audited call: thousands of them per check
     # would each run the audit hook)
     expected = [(label, space, list(space.items())) for label, space in namespaces]
-    cells = [(f, [c.cell_contents for c in (f.__closure__ or ()) if _filled(c)]) for f in functions]
-    return _verifier(expected, cells, _filled)
+    # (a function without a closure cannot get one: a new __code__ must have as many free variables)
+    cells = [(f, [c.cell_contents for c in f.__closure__ if _filled(c)]) for f in functions if f.__closure__]
+    return expected, cells, _version_tags([space for _, space in namespaces])
+
+
+# CPython 3.11 keeps in every dict a version tag (PEP 509) that changes whenever the dict does. Reading
+# it touches only the dict's own header, not the objects in the dict, so a fresh fork reads it without
+# copying the pages of those objects; elsewhere (None) every check compares the entries.
+_DICT_TAG_OFFSET = 24       # PyDictObject: ob_refcnt, ob_type, ma_used, ma_version_tag
+
+
+def _version_tags(spaces):
+    """(readers, tags): a ctypes view of each namespace's version tag and its value now; None where the
+    layout is not CPython 3.11's (checked on a dict of our own, not assumed)."""
+    if sys.implementation.name != "cpython" or sys.version_info[:2] != (3, 11):
+        return None
+    import ctypes
+    import gc
+
+    def reader(mapping):
+        return ctypes.c_uint64.from_address(id(mapping) + _DICT_TAG_OFFSET)
+
+    trial: dict = {}
+    before = _read_tag(reader(trial))
+    trial["changed"] = True
+    if _read_tag(reader(trial)) == before or ctypes.c_ssize_t.from_address(id(trial) + 16).value != 1:
+        return None
+    dicts = []
+    for space in spaces:
+        if type(space) is not dict:     # a class's mappingproxy: the dict behind it
+            inner = gc.get_referents(space)
+            if len(inner) != 1 or not isinstance(inner[0], dict):   # (a ctypes class: a dict subclass)
+                return None
+            space = inner[0]
+        dicts.append(space)
+    readers = [reader(d) for d in dicts]
+    return readers, [_read_tag(r) for r in readers]
+
+
+def _tag_getter():
+    import ctypes
+
+    # the C type's own descriptor: a ``value`` the student's code puts on ctypes.c_uint64 is not read
+    return vars(ctypes.c_uint64.__mro__[1])["value"].__get__
+
+
+_read_tag = _tag_getter()
 
 
 _BUNDLE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -462,22 +548,35 @@ def _filled(cell) -> bool:
     return True
 
 
-def _verifier(expected, cells, filled):
+def _verifier(expected, cells, filled, tags=None):
     missing = object()
     as_list, length, pairs = list, len, zip      # not looked up in builtins, which the student may change
+    readers, before = tags if tags is not None else ((), None)
+    read, mapped = _read_tag, map
 
     def changed() -> list:
         found = as_list()
+        if before is not None and as_list(mapped(read, readers)) == before and not closures_changed():
+            return found                # no namespace changed at all: nothing to compare entry by entry
         for label, space, entries in expected:
             get = space.get
             for key, value in entries:
                 if get(key, missing) is not value:
                     found.append(label + "." + key)
         for function, values in cells:
-            now = [c.cell_contents for c in (function.__closure__ or ()) if filled(c)]
-            if length(now) != length(values) or any_differs(now, values):
+            if closure_differs(function, values):
                 found.append(function.__module__ + "." + function.__qualname__ + " (its closure)")
         return found
+
+    def closure_differs(function, values) -> bool:
+        now = [c.cell_contents for c in (function.__closure__ or ()) if filled(c)]
+        return length(now) != length(values) or any_differs(now, values)
+
+    def closures_changed() -> bool:
+        for function, values in cells:
+            if closure_differs(function, values):
+                return True
+        return False
 
     def any_differs(now, values) -> bool:
         for a, b in pairs(now, values):

@@ -122,6 +122,21 @@ def _fetch_held(emit, fd: int, source_class=None) -> dict:
     return wire.read_inputs(read(size), source_class).arrays if size else {}
 
 
+_WARM: dict = {}     # what prepare() made in the sandbox's zygote, inherited by every run
+
+
+def prepare() -> None:
+    """Called once by the sandbox's zygote, after its imports and before it forks the first student
+    process: what each run would otherwise make again (the folders of library code, and
+    :func:`autograder.student.guard.prepare`: the grader's classes frozen, the seal's snapshot)."""
+    _WARM["trusted"] = _trusted_dirs()
+    guard.prepare()
+
+
+def _trusted_dirs() -> tuple[str, ...]:
+    return guard.trusted_dirs([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))])
+
+
 def payload(path: str, qids: list[str], emit, options: dict) -> None:
     """Run the submission at ``path`` and stream the probe results of ``qids`` through ``emit``."""
 
@@ -192,7 +207,7 @@ def _lock(key: bytes) -> dict:
     import types
 
     # first, while the sandbox's runner is still __main__ (its classes are frozen and unlisted with ours)
-    guard.lockdown(guard.trusted_dirs([os.path.dirname(os.path.dirname(os.path.abspath(__file__)))]), key)
+    guard.lockdown(_WARM.get("trusted") or _trusted_dirs(), key)
     stubs = _stubs()
     sys.meta_path.insert(0, stubs["BlockGrader"]())
     package = sys.modules["autograder"]      # the bundle's package: test cells call its check()/grade()

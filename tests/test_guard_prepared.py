@@ -1,0 +1,92 @@
+"""The seal's snapshot taken once in the zygote (guard.prepare) and inherited by each student process.
+
+Each case runs in a fresh interpreter (the audit hook cannot be removed from this one): it prepares
+as the sandbox's zygote does, forks as it does for a student, locks down, seals, then changes what
+the probes rely on. The script lives in a folder the lockdown is told is library code, so its own
+calls are not the student's.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    from autograder.student import guard, payload
+
+    payload.prepare()
+    mode = sys.argv[1]
+    if mode == "changed-before":        # between the zygote's snapshot and the lockdown
+        import builtins
+        builtins.added_by_a_library = True
+    elif mode == "module-added":        # a grader module imported after the snapshot
+        import autograder.student.local  # noqa: F401
+    pid = os.fork()
+    if pid == 0:
+        here = os.path.dirname(os.path.abspath(__file__))
+        trusted = guard.trusted_dirs([os.path.dirname(os.path.dirname(guard.__file__)), here])
+
+        def lock():
+            guard.lockdown(trusted, b"k" * 32)
+
+        def payload_like():             # the lockdown's root frame (the payload's), below all that follows
+            lock()
+            kept = guard._prepared_snapshot() is not None
+            changed = guard.seal()
+            before = changed()
+            torch.nn.Linear.forward = lambda self, x: x
+            after = changed()
+            print(json.dumps({"kept": kept, "before": before, "after": after}))
+            sys.stdout.flush()
+        payload_like()
+        os._exit(0)
+    os.waitpid(pid, 0)
+''')
+
+
+def run(tmp_path: Path, mode: str) -> dict:
+    script = tmp_path / "zygote_like.py"
+    script.write_text(SCRIPT)
+    done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_the_zygotes_snapshot_is_kept_and_still_sees_a_change(tmp_path):
+    got = run(tmp_path, "untouched")
+    assert got["kept"], "the student process took the seal's snapshot again instead of inheriting it"
+    assert got["before"] == []
+    assert "torch.nn.modules.linear.Linear.forward" in got["after"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["changed-before", "module-added"])
+def test_a_change_before_the_lockdown_makes_a_new_snapshot(tmp_path, mode):
+    """What changed between the zygote's snapshot and the first cell is the new baseline (as when the
+    snapshot is taken in the student process), and later changes are still seen."""
+    got = run(tmp_path, mode)
+    assert not got["kept"]
+    assert got["before"] == []
+    assert "torch.nn.modules.linear.Linear.forward" in got["after"]
+
+
+@pytest.mark.slow
+def test_the_sandboxs_zygote_prepares_once_before_its_first_run():
+    from autograder.hosts import sandbox
+
+    zygote = sandbox.Zygote(slot=5, memory_mb=None)
+    try:
+        zygote.start()
+        assert zygote.prepared
+    finally:
+        zygote.close()
