@@ -135,11 +135,24 @@ class Ban:
         self.saved.clear()
 
 
-def install(keys, reversible: bool = False, registered=()) -> Ban:
+_WARM: dict = {}    # made by prepare() in the sandbox's zygote, for the bans made before a run's first cell
+
+
+def prepare() -> None:
+    """Once, in the sandbox's zygote: what :func:`install` would look up again in every run (each
+    key's operators with their overloads among the dispatcher's, the decompositions by name). Used only
+    by a run's first ban (``warm=True``), made before any of the student's code runs, when the
+    dispatcher and the tables are still the zygote's."""
+    names = _all_op_names()
+    _WARM["overloads"] = {key: _overloads(entry.aten, names) for key, entry in FORBIDDEN.items()}
+    _WARM["decompositions"] = [(table, _by_name(table)) for table in _decomposition_tables()]
+
+
+def install(keys, reversible: bool = False, registered=(), warm: bool = False) -> Ban:
     """Disable what the exercises ``keys`` forbid (see the module docstring). ``registered``:
     keys whose operators this process has already disabled at the dispatcher, irreversibly
     (a probe's fork of a run started with that ban): only their Python functions are replaced
-    again."""
+    again. ``warm``: nothing but the grader has run in this process since :func:`prepare`."""
     ban = Ban()
     keys = expand(keys)
     registered = set(expand(registered))
@@ -148,11 +161,12 @@ def install(keys, reversible: bool = False, registered=()) -> Ban:
     import torch
 
     handles: dict = {}
-    op_names = _all_op_names() if any(key not in registered or reversible for key in keys) else []
+    warm = warm and "overloads" in _WARM
+    op_names = _all_op_names() if not warm and any(key not in registered or reversible for key in keys) else []
     for key in keys:
         if key in registered and not reversible:
             continue
-        for op in _overloads(FORBIDDEN[key].aten, op_names):
+        for op in (_WARM["overloads"][key] if warm else _overloads(FORBIDDEN[key].aten, op_names)):
             namespace, _, name = op.rpartition("::")
             namespace = namespace or "aten"
             if namespace not in handles:
@@ -185,11 +199,28 @@ def install(keys, reversible: bool = False, registered=()) -> Ban:
             setattr(owner, attr, _raiser(key, spec.replace(":", ".")))
             if reversible:
                 ban.saved.append((owner, attr, original))
-        _scrub(key, entry.scrub, ban, reversible)
+        _scrub(key, entry.scrub, ban, reversible, warm)
     return ban
 
 
-def _scrub(key: str, names, ban: Ban, reversible: bool) -> None:
+def _decomposition_tables() -> list[dict]:
+    decomp = sys.modules.get("torch._decomp")
+    if decomp is None:
+        return []
+    tables = [getattr(decomp, "decomposition_table", None), getattr(decomp, "meta_table", None)]
+    tables += list((getattr(decomp, "global_decomposition_table", None) or {}).values())
+    return [table for table in tables if isinstance(table, dict)]
+
+
+def _by_name(table: dict) -> dict:
+    """A decomposition table's operators by their packet's name."""
+    out: dict = {}
+    for op in list(table):
+        out.setdefault(getattr(getattr(op, "_overloadpacket", op), "__name__", None), []).append(op)
+    return out
+
+
+def _scrub(key: str, names, ban: Ban, reversible: bool, warm: bool = False) -> None:
     names = set(names)
     if not names:
         return
@@ -203,17 +234,10 @@ def _scrub(key: str, names, ban: Ban, reversible: bool) -> None:
                 setattr(module, name, _raiser(key, f"{module_name}.{name}"))
                 if reversible:
                     ban.saved.append((module, name, original))
-    decomp = sys.modules.get("torch._decomp")
-    if decomp is None:
-        return
-    tables = [getattr(decomp, "decomposition_table", None), getattr(decomp, "meta_table", None)]
-    tables += list((getattr(decomp, "global_decomposition_table", None) or {}).values())
-    for table in tables:
-        if not isinstance(table, dict):
-            continue
-        for op in list(table):
-            packet = getattr(op, "_overloadpacket", op)
-            if getattr(packet, "__name__", None) in names:
+    indexed = _WARM["decompositions"] if warm else [(table, _by_name(table)) for table in _decomposition_tables()]
+    for table, by_name in indexed:
+        for op in [op for name in names for op in by_name.get(name, ())]:
+            if op in table:
                 original = table[op]
                 table[op] = _raiser(key, f"the decomposition of {op}")
                 if reversible:

@@ -37,6 +37,7 @@ import time
 from ..questions import inputs, question
 from . import guard, wire
 from .ban import install
+from .ban import prepare as prepare_bans
 from .cells import CellTimeout, SubmissionError, _on_alarm, read_cells, run_cells
 from .probe import probe
 
@@ -130,6 +131,7 @@ def prepare() -> None:
     process: what each run would otherwise make again (the folders of library code, and
     :func:`autograder.student.guard.prepare`: the grader's classes frozen, the seal's snapshot)."""
     _WARM["trusted"] = _trusted_dirs()
+    prepare_bans()
     guard.prepare()
 
 
@@ -149,7 +151,7 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
     if banned:
         # what the questions of this run forbid is gone before any student code runs, so no
         # cell can compute (or precompute) with it, whatever it patches afterwards
-        install(sorted(banned))
+        install(sorted(banned), warm=True)
     try:
         source = _load_inputs(path, options)
     except Exception as error:  # noqa: BLE001 - a broken inputs file is the host's bug: say so

@@ -90,3 +90,48 @@ def test_the_sandboxs_zygote_prepares_once_before_its_first_run():
         assert zygote.prepared
     finally:
         zygote.close()
+
+
+BAN_SCRIPT = textwrap.dedent('''
+    import json, os, sys
+    import torch
+    import torch._decomp
+    from autograder.student import ban
+
+    ban.prepare()
+    out = {}
+    for warm in (True, False):
+        read, write = os.pipe()
+        if os.fork() == 0:
+            ban.install(["attention", "layer_norm", "cross_entropy"], warm=warm)
+            x = torch.randn(2, 3)
+            raised = []
+            F = torch.nn.functional
+            for name, call in [("softmax", lambda: torch.softmax(x, -1)),
+                               ("layer_norm", lambda: F.layer_norm(x, (3,))),
+                               ("cross_entropy", lambda: F.cross_entropy(x, torch.tensor([0, 1])))]:
+                try:
+                    call()
+                except Exception as error:
+                    raised.append(name + ":" + type(error).__name__)
+            replaced = sorted(str(op) for table in ban._decomposition_tables() for op, fn in table.items()
+                              if getattr(fn, "__qualname__", "") == "_raiser.<locals>.forbidden")
+            os.write(write, json.dumps({"raised": raised, "replaced": replaced}).encode())
+            os._exit(0)
+        os.close(write)
+        out[str(warm)] = json.loads(os.read(read, 1 << 20))
+        os.wait()
+    print(json.dumps(out))
+''')
+
+
+@pytest.mark.slow
+def test_a_runs_first_ban_made_from_the_zygotes_lookups_is_the_same_ban(tmp_path):
+    script = tmp_path / "bans.py"
+    script.write_text(BAN_SCRIPT)
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["True"] == got["False"]
+    assert len(got["True"]["raised"]) == 3 and got["True"]["replaced"], got["True"]
