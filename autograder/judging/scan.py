@@ -49,6 +49,43 @@ def describe(key: str) -> str:
 # --------------------------------------------------------------------------- source scans
 
 
+# A notebook's given cells are the same in every student's copy: each distinct cell is parsed and walked
+# once per grading job, whichever scan asks (nothing in this module changes a tree). Long cells are
+# parsed each time, so the cache stays small.
+_CACHED_CELL_CHARS = 20_000
+
+
+@functools.lru_cache(maxsize=2048)
+def _parse_cached(cell: str):
+    return _parse_fresh(cell)
+
+
+def _parse_fresh(cell: str):
+    """(tree, None) or (None, the error ``ast.parse`` raised)."""
+    try:
+        return ast.parse(cell), None
+    except (SyntaxError, ValueError, RecursionError) as error:
+        error.__traceback__ = None
+        return None, error
+
+
+def _parse(cell: str) -> ast.Module:
+    """``ast.parse(cell)``, shared between the scans (see above); raises what it raises."""
+    tree, error = _parse_cached(cell) if len(cell) <= _CACHED_CELL_CHARS else _parse_fresh(cell)
+    if error is not None:
+        raise error
+    return tree
+
+
+def _walk(node) -> tuple:
+    """``ast.walk(node)``'s nodes, listed once per node (kept on it: a cell's statements are scanned for
+    every question and, through :func:`_parse`, for every student)."""
+    nodes = getattr(node, "_walk", None)
+    if nodes is None:
+        nodes = node._walk = tuple(ast.walk(node))
+    return nodes
+
+
 @dataclass
 class Hit:
     key: str
@@ -87,7 +124,7 @@ def library_aliases(trees) -> tuple[set[str], set[str]]:
     library: set[str] = set()
     other: set[str] = set()
     for tree in trees:
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     bound = (alias.asname or alias.name).split(".")[0]
@@ -121,7 +158,7 @@ def _scan_nodes(nodes, keys, source_lines=None, offset=0, label="", roots=frozen
         return f"{label}line {line + offset}{text}"
 
     for root in nodes:
-        for node in ast.walk(root):
+        for node in _walk(root):
             constant = _constant_getattr(node)
             if constant is not None and constant.attr in attrs:
                 node = constant          # getattr(torch.nn, "MultiheadAttention") is torch.nn.MultiheadAttention
@@ -183,7 +220,7 @@ def _used_names(node) -> set[str]:
     function only the names that are not its own: a parameter or local variable ``logits`` is
     not the notebook's global ``logits`` (following it led an honest cross_entropy to the ViT
     demo ``logits, attentions = model(x)``, and through it to the attention's softmax)."""
-    every = {sub.id for sub in ast.walk(node) if isinstance(sub, ast.Name)}
+    every = {sub.id for sub in _walk(node) if isinstance(sub, ast.Name)}
     try:
         import symtable
         table = symtable.symtable(ast.unparse(node), "<cell>", "exec")
@@ -235,7 +272,7 @@ def _notebook_index(cells: tuple[str, ...]) -> tuple[dict[str, tuple], frozenset
     trees = []
     for index, cell in enumerate(cells):
         try:
-            tree = ast.parse(cell)
+            tree = _parse(cell)
         except SyntaxError:
             continue
         trees.append(tree)
@@ -251,7 +288,7 @@ def _notebook_index(cells: tuple[str, ...]) -> tuple[dict[str, tuple], frozenset
 
 def _methods_defined(trees) -> frozenset[str]:
     """The names of the methods the notebook's classes define (``def log_softmax(self, x)``)."""
-    return frozenset(item.name for tree in trees for node in ast.walk(tree) if isinstance(node, ast.ClassDef)
+    return frozenset(item.name for tree in trees for node in _walk(tree) if isinstance(node, ast.ClassDef)
                      for item in node.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
@@ -642,7 +679,7 @@ class _Aliases:
         self.modules: set[str] = set()
         assigns = []
         for tree in trees:
-            for node in ast.walk(tree):
+            for node in _walk(tree):
                 if isinstance(node, ast.Import):
                     for alias in node.names:
                         if alias.asname:
@@ -712,7 +749,7 @@ def _bound_by_notebook(trees) -> set[str]:
     """Names the notebook defines itself (a student's own ``compile`` is not the builtin)."""
     names: set[str] = set()
     for tree in trees:
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
             elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
@@ -750,7 +787,7 @@ def flags(cells: list[str]) -> list[Flag]:
     parsed = []
     for index, cell in enumerate(cells):
         try:
-            parsed.append((index, ast.parse(cell), cell.splitlines()))
+            parsed.append((index, _parse(cell), cell.splitlines()))
         except (SyntaxError, ValueError, RecursionError):
             continue
     trees = [tree for _, tree, _ in parsed]
@@ -771,9 +808,9 @@ def flags(cells: list[str]) -> list[Flag]:
             found.append(Flag(kind, index + 1, line, text))
 
         # "name in sys.modules" only asks whether a module is loaded (the set-up cell does it)
-        membership = {id(c) for n in ast.walk(tree) if isinstance(n, ast.Compare)
+        membership = {id(c) for n in _walk(tree) if isinstance(n, ast.Compare)
                       and all(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) for c in n.comparators}
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if id(node) in membership:
                 continue
             if isinstance(node, ast.Import):
@@ -877,7 +914,7 @@ def _names_and_prose(parsed) -> tuple[int, int]:
     names: set[str] = set()
     prose = 0
     for _index, tree, lines in parsed:
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             if isinstance(node, ast.Name):
                 names.add(node.id)
             elif isinstance(node, ast.Attribute):
@@ -900,7 +937,7 @@ def embedded_data(cells: list[str]) -> tuple[int, int]:
     parsed = []
     for index, cell in enumerate(cells):
         try:
-            parsed.append((index, ast.parse(cell), cell.splitlines()))
+            parsed.append((index, _parse(cell), cell.splitlines()))
         except (SyntaxError, ValueError, RecursionError):
             continue
     chars, numbers, _per_line = _data_in(cells, parsed)
@@ -926,7 +963,7 @@ def _data_in(cells: list[str], parsed) -> tuple[int, int, dict]:
     for index, tree, lines in parsed:
         for line_number, size in _comments("\n".join(lines)):
             count(size, index, line_number)
-        for node in ast.walk(tree):
+        for node in _walk(tree):
             data = _literal_data(node)
             if data is not None:
                 numbers += not isinstance(getattr(node, "value", None), (str, bytes))
