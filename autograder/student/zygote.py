@@ -611,20 +611,15 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
     ctl_r, ctl_w = os.pipe()            # zygote -> init: "end the strays" (one byte a request)
     ack_r, ack_w = os.pipe()            # init -> student: "done" (one byte an answer)
     start = time.monotonic()
-    pid = os.fork()
+    pid = _fork_init(req.get("mode") != "limits")
     if pid == 0:
         try:
-            for fd in (result_r, output_r, status_r, data_w, ctl_w, *_PROTOCOL_FDS):
+            for fd in (result_r, output_r, status_r, data_w, ctl_w, *_PROTOCOL_FDS, *_OWN_PID_NS):
                 os.close(fd)
             if req.get("mode") != "limits":
-                _unshare(CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
-            inner = os.fork()
-            if inner == 0:
-                _init(req, notebook, payload_fn, result_w, output_w, status_w, data_r, ctl_r, (ack_r, ack_w))
-            for fd in (result_w, output_w, status_w, data_r, ctl_r, ack_r, ack_w):
-                os.close(fd)
-            os.waitpid(inner, 0)
-            os._exit(0)
+                # pid 1 of its own pid namespace already (_fork_init); now its own mounts, network, IPC, host name
+                _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+            _init(req, notebook, payload_fn, result_w, output_w, status_w, data_r, ctl_r, (ack_r, ack_w))
         except BaseException:  # noqa: BLE001 - the forked child reports any failure and exits
             try:
                 os.write(2, traceback.format_exc().encode())
@@ -736,6 +731,25 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
     return out, bytes(result)
 
 
+def _fork_init(isolated: bool) -> int:
+    """Fork the run's init: with ``isolated``, as pid 1 of a fresh pid namespace. The zygote asks for
+    the namespace for its next child only (unshare), forks, and takes its own back for later children
+    (setns): one fork a run, where a child that unshares and forks again costs a second copy of the
+    zygote's page tables."""
+    if not isolated:
+        return os.fork()
+    if not _OWN_PID_NS:
+        _OWN_PID_NS.append(os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC))
+    _unshare(CLONE_NEWPID)
+    pid = -1
+    try:
+        pid = os.fork()
+    finally:
+        if pid != 0:            # the zygote, whether or not the fork worked
+            _check(_libc.setns(ctypes.c_int(_OWN_PID_NS[0]), ctypes.c_int(CLONE_NEWPID)), "setns")
+    return pid
+
+
 def _ask_reap(ctl_w: int) -> None:
     """Ask init to end the run's strays (the student's process waits for the answer)."""
     try:
@@ -756,6 +770,7 @@ def script_payload(path: str, qids: list[str], emit, options: dict) -> None:
 
 
 _PROTOCOL_FDS: list[int] = []
+_OWN_PID_NS: list[int] = []     # the zygote's own pid namespace (an fd), taken back after each run's fork
 
 
 def serve(payload_spec: str, preload: list[str]) -> None:
