@@ -68,3 +68,64 @@ def test_the_check_finds_bookkeeping():
     story = ["steps = 120  # training steps", "fast_path = True", "print('assertion')", "markdown = 1"]
     for text in story:
         assert not any(p.search(text) for p in BOOKKEEPING.values()), text
+
+
+# ------------------------------------------------------------------ the sources, and the objectives
+
+CHAPTER_PAGES = [page for page in NOTEBOOK_PAGES if re.search(r"/\d\d[a-z]?_", page)]
+NOTES_PAGE = "book/notes_on_sources"
+# what sends a reader to a work the reader may not be able to open, or tells of its mistakes on the page
+SENDS_TO_A_SOURCE = re.compile(r"\bslides\b|among (?:this course's |the )?sources|course's (?:other )?sources|"
+                               r"\bthe sources?\b(?! code)|source says|source writes|draws on|is based on", re.I)
+OBJECTIVES = "**Learning objectives.** After this chapter you can"
+
+
+def page_text(page: str) -> str:
+    """Every cell's source, code included (comments can send a reader to a source too)."""
+    return "\n".join(source(c) for c in cells(page))
+
+
+def test_every_chapter_page_is_checked():
+    assert len(CHAPTER_PAGES) >= 8, CHAPTER_PAGES
+    assert NOTES_PAGE in toc_pages(), f"{NOTES_PAGE} is not listed in _toc.yml"
+
+
+@pytest.mark.parametrize("page", CHAPTER_PAGES, ids=lambda p: p.split("/")[-1])
+def test_chapter_states_facts_without_sending_the_reader_to_the_sources(page):
+    found = [(i, m.group(0)) for i, c in enumerate(cells(page)) for m in SENDS_TO_A_SOURCE.finditer(source(c))]
+    assert not found, (f"{page}.ipynb names the course's sources in cells {found}: state the fact directly, and "
+                       f"move what a source gets wrong to {NOTES_PAGE}.md (which work, what it says, the correction "
+                       "and its evidence)")
+
+
+@pytest.mark.parametrize("page", CHAPTER_PAGES, ids=lambda p: p.split("/")[-1])
+def test_chapter_links_the_notes_on_the_sources_once(page):
+    links = re.findall(r"\{doc\}`(?:[^`<]*<)?notes_on_sources>?`", page_text(page))
+    assert len(links) == 1, f"{page}.ipynb links {{doc}}`notes_on_sources` {len(links)} times: link it once"
+
+
+@pytest.mark.parametrize("page", CHAPTER_PAGES, ids=lambda p: p.split("/")[-1])
+def test_chapter_states_its_learning_objectives_in_the_books_one_style(page):
+    text = page_text(page)
+    assert text.count(OBJECTIVES) == 1, f"{page}.ipynb: write the objectives once, as '{OBJECTIVES}' and a list"
+    assert "{admonition} Learning objectives" not in text, f"{page}.ipynb: objectives as a bold paragraph, not a box"
+    first = cells(page)[0]
+    assert first["cell_type"] == "markdown" and OBJECTIVES in source(first), (
+        f"{page}.ipynb: the objectives belong to the chapter's first cell, its introduction")
+    intro = source(first)
+    assert "{admonition}" not in intro[:intro.index(OBJECTIVES)], (
+        f"{page}.ipynb opens with a box before its learning objectives")
+
+
+def test_the_notes_name_each_source_and_the_chapter_of_each_note():
+    text = (ROOT / f"{NOTES_PAGE}.md").read_text(encoding="utf-8")
+    for work in ("*Transformer*", "Implementing a Vision Transformer (ViT) in Julia!", "*Transformer Model*",
+                 "Deconstructing ViTs from Scratch", "Trying to implement: An Image is Worth 16x16 Words"):
+        assert work in text, f"{NOTES_PAGE}.md does not name the source {work!r}"
+    notes = ["* **" + note.split("\n\n")[0] for note in re.split(r"^\* \*\*", text, flags=re.M)[1:]]
+    assert len(notes) >= 12, notes
+    chapters = {page.split("/")[-1] for page in CHAPTER_PAGES}
+    for note in notes:
+        linked = re.findall(r"\{doc\}`([\w]+)`", note)
+        assert linked and set(linked) <= chapters, f"each note names its chapter with {{doc}}: {note[:80]}"
+    assert "seed" not in text.lower() and ".txt" not in text, "cite the works, not the files they came in"
