@@ -129,3 +129,63 @@ def test_the_notes_name_each_source_and_the_chapter_of_each_note():
         linked = re.findall(r"\{doc\}`([\w]+)`", note)
         assert linked and set(linked) <= chapters, f"each note names its chapter with {{doc}}: {note[:80]}"
     assert "seed" not in text.lower() and ".txt" not in text, "cite the works, not the files they came in"
+
+
+# ------------------------------------------------------------------ layout: code that reads at any width
+
+CODE_WIDTH = 88            # characters: what a phone shows with a small scroll, and what ruff format wraps at
+PYTHON_BLOCK = re.compile(r"^(?P<fence>`{3,})python[ \t]*\n(?P<code>.*?)^(?P=fence)[ \t]*$", re.M | re.S)
+
+
+def shown_code(page_cells: list[dict]) -> list[tuple[int, str]]:
+    """(cell index, code) of everything a reader can see as code: the input of every code cell not
+    removed (hidden inputs open with a click) and every ```python block of the text (the Try it boxes)."""
+    found = []
+    for i, cell in enumerate(page_cells):
+        tags = set(cell.get("metadata", {}).get("tags", []))
+        if cell["cell_type"] == "code" and not tags & {"remove-input", "remove-cell"}:
+            found.append((i, source(cell)))
+        elif cell["cell_type"] == "markdown":
+            found += [(i, m["code"]) for m in PYTHON_BLOCK.finditer(source(cell))]
+    return found
+
+
+@pytest.mark.parametrize("page", NOTEBOOK_PAGES, ids=lambda p: p.split("/")[-1])
+def test_shown_code_lines_fit_the_width(page):
+    long = [(i, len(line), line.strip()[:60]) for i, code in shown_code(cells(page)) for line in code.splitlines()
+            if len(line) > CODE_WIDTH]
+    assert not long, (f"{page}.ipynb: code lines longer than {CODE_WIDTH} characters (cell, length, start): {long}; "
+                      f"wrap them (`ruff format --line-length {CODE_WIDTH}` on the cell, then comments and strings)")
+
+
+def test_the_width_check_reads_code_cells_and_try_it_blocks():
+    page = {"cells": [{"cell_type": "markdown", "metadata": {},
+                       "source": "````{admonition} Try it: x\n```python\n" + "y" * 90 + "\n```\n````"},
+                      {"cell_type": "code", "metadata": {"tags": ["hide-input"]}, "source": "z = 1"},
+                      {"cell_type": "code", "metadata": {"tags": ["remove-input"]}, "source": "w" * 99}]}
+    assert [len(code.strip()) for _, code in shown_code(page["cells"])] == [90, 5]
+
+
+def figure_cells(page: str) -> list[tuple[int, dict]]:
+    """(index, cell) of the code cells that show a figure: a plot or a diagram has alt text (the
+    browser test requires it), given as the cell's mystnb.image.alt."""
+    return [(i, c) for i, c in enumerate(cells(page))
+            if c["cell_type"] == "code" and c.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")]
+
+
+def test_every_figure_has_a_numbered_caption_and_a_name_of_its_own():
+    config = (ROOT / "_config.yml").read_text()
+    assert 'numfig_format: {figure: "Fig. %s:"}' in config, "figures are captioned 'Fig. N: ...' (_config.yml)"
+    names, problems = {}, []
+    for page in NOTEBOOK_PAGES:
+        for i, cell in figure_cells(page):
+            figure = cell["metadata"]["mystnb"].get("figure", {})
+            where = f"{page}.ipynb cell {i} (id {cell.get('id')!r})"
+            if len(figure.get("caption", "").split()) < 4:
+                problems.append(f"{where}: a figure without a caption (mystnb.figure.caption)")
+            name = figure.get("name", "")
+            if not re.fullmatch(r"fig-[a-z0-9-]+", name) or name in names:
+                problems.append(f"{where}: figure name {name!r} missing, malformed or also used in {names.get(name)}")
+            names[name] = where
+    assert len(names) >= 40, f"only {len(names)} figures found"
+    assert not problems, "\n".join(problems)
