@@ -49,10 +49,11 @@ def test_chapter_budgets_its_runs_in_epochs_with_a_seed_and_fixed_threads():
     assert isinstance(data.get("seed"), int) and data.get("threads") == vit["threads"], data
     assert all(isinstance(n, int) and 256 <= n < 60000 for n in data["sizes"]), data
     code = "\n".join(chapter_code())
+    calls = re.sub(r"\s+", "", code)                # the calls as written, however a formatter wraps them
     # the runs use these settings, and nothing in the chapter trains against the clock or tunes threads
-    assert "train(out=None, eval_every_epoch=True, tta=\"none\", progress=False, **VIT_RUN)" in code
-    assert "train_teacher(cnn_images, cnn_labels, info, **CNN_RUN)" in code
-    assert "data_size_curve(**DATA_RUN)" in code
+    assert "train(out=None,eval_every_epoch=True,tta=\"none\",progress=False,**VIT_RUN)" in calls
+    assert "train_teacher(cnn_images,cnn_labels,info,**CNN_RUN)" in calls
+    assert "data_size_curve(**DATA_RUN)" in calls
     # the CNN runs in the setup cell's thread count, which is the ViT's
     assert chapter_threads() == vit["threads"], "the setup cell's torch.set_num_threads differs from VIT_RUN's"
     for timed in ("minutes=", "deadline=", "ThreadTuner", "threads=0"):

@@ -5,16 +5,28 @@ CNN (:func:`vitref.teacher.train_teacher`, the ``ConvTeacher``) on the first ``n
 the same number of epochs, for each ``n`` in ``sizes``, and scores both on the same test images with a
 single view. Everything is counted (epochs, seeds, threads), never timed, so the numbers are the same
 at every run with the same PyTorch on the same kind of processor.
+
+:func:`save_run` and :func:`load_or_train_run` let chapter 7's second page ("What a ViT learns") use
+the ViT that its first page trained, without training it again: the first page saves the model under a
+key made of the run's settings, PyTorch's version and vitref's source code; the second loads it, or, where
+no such file exists (another machine, a changed vitref), trains it with the same settings, which gives
+the same weights.
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import time
+from pathlib import Path
 
 import torch
 
 from . import data as vdata
-from .training import evaluate, train
+from .training import evaluate, load_checkpoint, train
 from .training.teacher import train_teacher
+
+VITREF_ROOT = Path(__file__).resolve().parent
 
 
 def data_size_curve(sizes, epochs: float, *, dataset: str = "fashion-mnist", seed: int = 0, threads: int = 1,
@@ -79,4 +91,40 @@ def crossing(rows, first: str = "vit", second: str = "cnn") -> dict:
                 crosses=between is not None, between=between)
 
 
-__all__ = ["data_size_curve", "crossing"]
+def run_path(run: dict) -> Path:
+    """Where :func:`save_run` keeps the model of ``train(**run)``: a file in vitref's cache folder
+    (:func:`vitref.data.cache_dir`) named by a digest of the settings, ``VITREF_FAST`` (which shortens
+    ``train``), PyTorch's version and the source of every vitref module, so that a change to any of them
+    names another file."""
+    if not isinstance(run, dict) or not run:
+        raise ValueError(f"run must be a non-empty dict of train() settings, got {run!r}")
+    fast = os.environ.get("VITREF_FAST", "") not in ("", "0")
+    digest = hashlib.sha256(json.dumps([run, fast], sort_keys=True).encode() + torch.__version__.encode())
+    for source in sorted(VITREF_ROOT.rglob("*.py")):
+        digest.update(str(source.relative_to(VITREF_ROOT)).encode() + source.read_bytes())
+    return vdata.cache_dir() / "book" / f"vit-{digest.hexdigest()[:20]}.pt"
+
+
+def save_run(model: torch.nn.Module, history: dict, run: dict) -> Path:
+    """Save the ViT that ``train(**run)`` returned, with its history, for :func:`load_or_train_run`."""
+    path = run_path(run)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".part")
+    torch.save(dict(state_dict=model.state_dict(), model=history["model"], history=json.dumps(history)), partial)
+    partial.replace(path)                              # a reader never sees half a file
+    return path
+
+
+def load_or_train_run(run: dict) -> tuple[torch.nn.Module, dict]:
+    """``(model in eval mode, history)`` of ``train(**run)`` as chapter 7 trains it (a per-epoch test
+    record, single views, no files written by ``train``): read from :func:`save_run`'s file when it exists,
+    otherwise trained now and saved."""
+    path = run_path(run)
+    if path.is_file():
+        return load_checkpoint(path), json.loads(torch.load(path, map_location="cpu", weights_only=True)["history"])
+    model, history = train(out=None, eval_every_epoch=True, tta="none", progress=False, **run)
+    save_run(model, history, run)
+    return model.eval(), history
+
+
+__all__ = ["data_size_curve", "crossing", "run_path", "save_run", "load_or_train_run"]
