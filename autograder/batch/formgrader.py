@@ -79,11 +79,27 @@ def verdict_text(qids: list[str], result: dict) -> tuple[str, bool]:
     return "\n".join(lines) + "\n", ok
 
 
+def _cell_maker(kind: str):
+    """A cell as nbformat's ``new_<kind>_cell`` makes it, without validating each one on its own:
+    :func:`build_notebook` validates the notebook once, whole."""
+    import nbformat
+    from nbformat.v4.nbbase import random_cell_id
+
+    def make(source: str, id: str | None = None):
+        cell = nbformat.NotebookNode(id=id or random_cell_id(), cell_type=kind, metadata=nbformat.NotebookNode(),
+                                     source=source)
+        if kind == "code":
+            cell.update(execution_count=None, outputs=[])
+        return cell
+    return make
+
+
 def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
     """The autograded notebook (an nbformat NotebookNode) for one submission."""
     import nbformat
-    from nbformat.v4 import (new_code_cell, new_markdown_cell, new_notebook, new_output,
-                             new_raw_cell)
+    from nbformat.v4 import new_notebook
+
+    new_code_cell, new_markdown_cell, new_raw_cell = (_cell_maker(kind) for kind in ("code", "markdown", "raw"))
 
     trusted = {}
     for cell in source.source_cells:
@@ -134,7 +150,7 @@ def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
 
     def add_verdict(cell, name: str) -> None:
         message, ok = verdict_text(grade_cells[name].qids, result)
-        cell.outputs = [new_output("stream", name="stdout" if ok else "stderr", text=message)]
+        cell.outputs = [nbformat.NotebookNode(output_type="stream", name="stdout" if ok else "stderr", text=message)]
 
     for cell in cells_in:
         kind = cell.get("cell_type")

@@ -31,6 +31,7 @@ Math (``$...$``) stays text, typeset by MathJax as before.
 """
 from __future__ import annotations
 
+import functools
 import html
 
 WRAPPER = '<div class="autograder-student-markdown">{}</div>'
@@ -75,8 +76,22 @@ def _passes_through(block: str) -> bool:
         return False
 
 
+_CACHED_SOURCE_CHARS = 20_000     # longer cells are sanitised each time (rare; the cache stays small)
+
+
 def markdown_cell_source(source: str) -> str:
-    """The source of a markdown cell that renders as ``source`` does, minus anything active."""
+    """The source of a markdown cell that renders as ``source`` does, minus anything active. (A
+    notebook's given text is the same in every student's copy: each distinct cell is sanitised once
+    per grading job.)"""
+    return _sanitised(source) if len(source) <= _CACHED_SOURCE_CHARS else _sanitise(source)
+
+
+@functools.lru_cache(maxsize=4096)
+def _sanitised(source: str) -> str:
+    return _sanitise(source)
+
+
+def _sanitise(source: str) -> str:
     try:
         block = WRAPPER.format(_one_line(clean(render(source))))
     except Exception:  # noqa: BLE001 - mistune on odd input: show the text instead
