@@ -143,7 +143,7 @@ def inline_html(text: str) -> str:
 def _question_html(qid: str, number: int, question: Question) -> str:
     code = (f'<pre class="vitref-quiz-code"><code>{html.escape(question.code)}</code></pre>\n'
             if question.code else "")
-    legend = (f'<legend><span class="vitref-quiz-number">Question {number}.</span> '
+    legend = (f'<legend><span class="vitref-quiz-index">Question {number}.</span> '
               f'{inline_html(question.prompt)}</legend>')
     if isinstance(question, ChoiceQuestion):
         kind, data, body = "choice", "", _choices_html(qid, question)
@@ -175,7 +175,7 @@ def _number_data(question: NumberQuestion) -> str:
     mistakes = [[value, inline_html(why)] for value, why in question.mistakes.items()]
     attributes = {"answer": json.dumps(question.answer), "tolerance": json.dumps(question.tolerance),
                   "why-right": inline_html(question.why), "why-wrong": inline_html(question.wrong),
-                  "mistakes": json.dumps(mistakes)}
+                  "mistakes": json.dumps(mistakes, ensure_ascii=False)}
     return "".join(f' data-{name}="{html.escape(value)}"' for name, value in attributes.items())
 
 
@@ -242,7 +242,7 @@ QUIZ_JS = """
       if (!picked) return ask(form, 'Choose an answer first.');
       return say(form, picked.dataset.right === '1', picked.dataset.why);
     }
-    const value = toNumber(form.querySelector('.vitref-quiz-number').value);
+    const value = toNumber(form.querySelector('input.vitref-quiz-number').value);
     if (!Number.isFinite(value)) return ask(form, 'Type a number, for example 42 or 0.5.');
     const tolerance = Number(form.dataset.tolerance);
     const near = target => Math.abs(value - target) <= tolerance + 1e-9 * Math.abs(target);
