@@ -17,7 +17,7 @@ import pytest
 from vitref.quiz import Choice, ChoiceQuestion, NumberQuestion, Quiz, inline_html
 
 ROOT = Path(__file__).resolve().parents[1]
-CHAPTERS = sorted((ROOT / "book").glob("0[1-8]_*.ipynb"))
+CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
 MIN_QUESTIONS = 3
 
 
@@ -210,7 +210,7 @@ def run_quiz_cell(source: str) -> object:
 
 
 def test_every_chapter_is_found():
-    assert [p.name[:2] for p in CHAPTERS] == [f"{n:02d}" for n in range(1, 9)]
+    assert [p.name[:2] for p in CHAPTERS] == [f"{n:02d}" for n in range(1, len(CHAPTERS) + 1)] and len(CHAPTERS) >= 8
 
 
 @pytest.mark.parametrize("path", CHAPTERS, ids=lambda p: p.stem)
