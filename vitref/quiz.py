@@ -196,6 +196,7 @@ def _is_finite_number(value) -> bool:
 
 # The page's colours come from the book's theme (pydata-sphinx-theme's variables, light and dark),
 # with fallbacks for Jupyter. `min-width: 0`: a fieldset is otherwise as wide as its widest line.
+# The legend's size is set here: the theme's Bootstrap styles legends as headings.
 QUIZ_CSS = """
 .vitref-quiz-question { margin: 1rem 0; }
 .vitref-quiz-question fieldset { min-width: 0; margin: 0; padding: 0.4rem 1rem 0.8rem;
@@ -203,7 +204,8 @@ QUIZ_CSS = """
   border-radius: 4px; }
 .vitref-quiz-question[data-state="right"] fieldset { border-left-color: var(--pst-color-success, #2e7d32); }
 .vitref-quiz-question[data-state="wrong"] fieldset { border-left-color: var(--pst-color-danger, #c62828); }
-.vitref-quiz-question legend { padding: 0 0.3rem; font-weight: 600; overflow-wrap: anywhere; }
+.vitref-quiz-question legend { margin-bottom: 0.4rem; padding: 0 0.3rem; font-size: 1rem; line-height: 1.5;
+  font-weight: 600; overflow-wrap: anywhere; }
 .vitref-quiz-choice { display: flex; align-items: baseline; gap: 0.5rem; margin: 0.35rem 0; }
 .vitref-quiz-choice input { flex: none; }
 .vitref-quiz-choice label, .vitref-quiz-feedback { overflow-wrap: anywhere; }
