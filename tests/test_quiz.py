@@ -1,7 +1,8 @@
 """The book's self-check questions: vitref.quiz's HTML (one labelled group per question, native
 controls, the right answer only in data for the script, an explanation for every answer, nothing
 from another site), its errors on bad questions, and the "Check yourself" cell that ends every
-chapter, run on its own. The browser test (tests/test_book.py) answers them in Chromium."""
+chapter (vitref.quizzes), run on its own. The browser test (tests/test_book.py) answers them in
+Chromium."""
 from __future__ import annotations
 
 import ast
@@ -15,6 +16,7 @@ import nbformat
 import pytest
 
 from vitref.quiz import Choice, ChoiceQuestion, NumberQuestion, Quiz, inline_html
+from vitref.quizzes import chapter_quiz
 
 ROOT = Path(__file__).resolve().parents[1]
 CHAPTERS = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
@@ -207,6 +209,11 @@ def run_quiz_cell(source: str) -> object:
     namespace: dict = {}
     exec(compile(tree, "quiz-cell", "exec"), namespace)  # noqa: S102 - the book's own cell
     return eval(compile(ast.Expression(last.value), "quiz-cell", "eval"), namespace)
+
+
+def test_only_the_chapters_have_a_quiz():
+    with pytest.raises(ValueError, match=r"chapters with a quiz are \[1, 2, 3, 4, 5, 6, 7, 8\], got 9"):
+        chapter_quiz(9)
 
 
 def test_every_chapter_is_found():

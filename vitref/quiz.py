@@ -1,8 +1,9 @@
 """The book's self-check questions, rendered as HTML that works on a static page.
 
-Every chapter ends with a "Check yourself" cell whose value is a :class:`Quiz`; IPython shows it
-through ``_repr_html_``, so the book build (myst-nb) stores the HTML in the page, and the numbers
-in the questions are whatever the cell computed with ``vitref`` during that build. The HTML needs
+Every chapter ends with a "Check yourself" cell whose value is a :class:`Quiz` (the chapter's
+questions are in :mod:`vitref.quizzes`); IPython shows it through ``_repr_html_``, so the book
+build (myst-nb) stores the HTML in the page, and the numbers in the questions are whatever
+``vitref`` computed during that build. The HTML needs
 no kernel and loads nothing from another site: each question is a ``<form>`` whose
 ``<fieldset>`` is named by its ``<legend>`` (the prompt), with native radio buttons or a text
 field (reachable with Tab, chosen with the arrow keys or Space) and a Check button; the verdict
