@@ -385,3 +385,187 @@ def test_book_pages_in_chromium(built_book, server, browser, tmp_path):
     assert sum(r["mjx"] for r in reports.values()) > 50, "suspiciously few rendered formulas in the whole book"
     print("axe-core, elements in violation per page:\n" + "\n".join(axe_summary))
     assert not problems, "\n".join(problems + ["", "axe-core's report:"] + axe_reports)
+
+
+
+# --------------------------------------------------------------------------- (c) quizzes, narrow screens
+
+MIN_QUIZ_QUESTIONS = 3     # every chapter ends with at least this many self-check questions (vitref.quiz)
+NARROW_WIDTH = 390         # a phone's CSS width: no page may scroll sideways at it
+
+# The quiz questions of the page open in the browser: each group's accessible name (its legend, as the
+# accessibility tree computes it), its controls, and what its data says the right answer is.
+QUIZ_REPORT_JS = r"""
+(() => {
+  const text = markup => new DOMParser().parseFromString(markup || '', 'text/html').body.textContent;
+  const labelOf = input => (document.querySelector('label[for="' + input.id + '"]') || {}).textContent || '';
+  return [...document.querySelectorAll('form.vitref-quiz-question')].map(form => {
+    const group = form.querySelector('fieldset');
+    const first = group && group.firstElementChild;
+    const field = form.querySelector('input.vitref-quiz-number');
+    return {
+      id: form.id, kind: form.dataset.kind,
+      legend: first && first.tagName === 'LEGEND' ? first.textContent.trim() : '',
+      live: form.querySelectorAll('[aria-live="polite"]').length,
+      button: (form.querySelector('button[type="submit"]') || {}).textContent || '',
+      choices: [...form.querySelectorAll('input[type="radio"]')].map(radio => (
+        {id: radio.id, right: radio.dataset.right === '1', why: text(radio.dataset.why), label: labelOf(radio)})),
+      field: field ? field.id : null, fieldLabel: field ? labelOf(field) : '',
+      answer: form.dataset.answer || null,
+      mistakes: JSON.parse(form.dataset.mistakes || '[]').map(([value, why]) => [value, text(why)]),
+      whyRight: text(form.dataset.whyRight), whyWrong: text(form.dataset.whyWrong),
+    };
+  });
+})()
+"""
+
+# Scripts the page loaded (in the HTML or added since) from another origin than the site's own.
+FOREIGN_SCRIPTS_JS = ("[...document.scripts].filter(s => s.src && new URL(s.src).origin !== location.origin)"
+                      ".map(s => s.src)")
+
+# How wide the page is at the current viewport, and the widest elements that stick out of it
+# (outside any box that scrolls sideways on its own), to say what to fix.
+WIDTH_REPORT_JS = r"""
+(() => {
+  const width = document.documentElement.clientWidth;
+  const scrollsOnItsOwn = el => {
+    for (let up = el.parentElement; up; up = up.parentElement) {
+      const overflow = getComputedStyle(up).overflowX;
+      if (overflow === 'auto' || overflow === 'scroll' || overflow === 'hidden') return true;
+    }
+    return false;
+  };
+  const wide = [...document.body.querySelectorAll('*')]
+    .filter(el => el.getBoundingClientRect().right > width + 1 && !scrollsOnItsOwn(el))
+    .map(el => ({tag: el.tagName.toLowerCase() + (el.className && typeof el.className === 'string'
+                   ? '.' + el.className.trim().split(/\s+/).join('.') : ''),
+                 right: Math.round(el.getBoundingClientRect().right),
+                 text: (el.textContent || '').trim().slice(0, 60)}))
+    .sort((a, b) => b.right - a.right);
+  return {scrollWidth: document.documentElement.scrollWidth, clientWidth: width, widest: wide.slice(0, 4)};
+})()
+"""
+
+KEYS = {  # what Chromium needs to see a real key press (DevTools Input.dispatchKeyEvent)
+    "Tab": dict(key="Tab", code="Tab", windowsVirtualKeyCode=9),
+    "Space": dict(key=" ", code="Space", windowsVirtualKeyCode=32, text=" "),
+    "Enter": dict(key="Enter", code="Enter", windowsVirtualKeyCode=13, text="\r"),
+}
+
+
+def press(browser: "Browser", name: str) -> None:
+    """One key press, down and up, on whatever has the focus (as a keyboard user does it)."""
+    browser.call("Input.dispatchKeyEvent", type="keyDown", **KEYS[name])
+    up = {k: v for k, v in KEYS[name].items() if k != "text"}
+    browser.call("Input.dispatchKeyEvent", type="keyUp", **up)
+
+
+def feedback(browser: "Browser", form_id: str) -> str:
+    return browser.evaluate(f"document.getElementById({json.dumps(form_id)})"
+                            ".querySelector('[aria-live=\"polite\"]').textContent.trim()")
+
+
+def focused_id(browser: "Browser") -> str:
+    return browser.evaluate("(document.activeElement.id || document.activeElement.className || '') + ''")
+
+
+def answer_choice_by_keyboard(browser: "Browser", form_id: str, choice_id: str) -> str:
+    """Focus a radio button, select it with Space, Tab to Check, press Enter: the live region's text."""
+    browser.evaluate(f"document.getElementById({json.dumps(choice_id)}).focus()")
+    press(browser, "Space")
+    assert browser.evaluate(f"document.getElementById({json.dumps(choice_id)}).checked"), (
+        f"{choice_id}: Space on the focused radio button did not select it")
+    press(browser, "Tab")
+    assert focused_id(browser) == "vitref-quiz-check", f"{form_id}: Tab from a choice should reach Check"
+    press(browser, "Enter")
+    return feedback(browser, form_id)
+
+
+def answer_number_by_keyboard(browser: "Browser", form_id: str, field_id: str, text: str) -> str:
+    """Focus the number field, type into it, press Enter: the live region's text."""
+    browser.evaluate(f"(f => {{ f.value = ''; f.focus(); }})(document.getElementById({json.dumps(field_id)}))")
+    browser.call("Input.insertText", text=text)
+    press(browser, "Enter")
+    return feedback(browser, form_id)
+
+
+def choice_problems(browser: "Browser", name: str, q: dict) -> list[str]:
+    """A wrong choice and the right one, each chosen by keyboard: the verdict and that choice's sentence."""
+    right = [c for c in q["choices"] if c["right"]]
+    if len(q["choices"]) < 2 or not all(c["label"].strip() for c in q["choices"]) or len(right) != 1:
+        return [f"{name}: choices must be labelled, exactly one right: {q['choices']}"]
+    wrong = next(c for c in q["choices"] if not c["right"])
+    problems = []
+    for choice, verdict in [(wrong, "Not quite."), (right[0], "Right.")]:
+        said = answer_choice_by_keyboard(browser, q["id"], choice["id"])
+        if not (said.startswith(verdict) and choice["why"].strip() in said):
+            problems.append(f"{name}: choosing {choice['label']!r} should say {verdict!r} and why; said {said!r}")
+    return problems
+
+
+def accessible_group(browser: "Browser", form_id: str) -> tuple[str, str]:
+    """(role, name) of a question's fieldset in Chromium's accessibility tree: what a screen reader announces."""
+    found = browser.call("Runtime.evaluate",
+                         expression=f"document.getElementById({json.dumps(form_id)}).querySelector('fieldset')")
+    node = browser.call("Accessibility.getPartialAXTree", objectId=found["result"]["objectId"],
+                        fetchRelatives=False)["nodes"][0]
+    return node.get("role", {}).get("value", ""), node.get("name", {}).get("value", "")
+
+
+def quiz_problems(browser: "Browser", where: str) -> tuple[int, list[str]]:
+    """Check every quiz question of the open page by keyboard: a group named by its question, a wrong
+    answer that shows its own explanation, a right one that says so. Returns (questions, problems)."""
+    questions, problems = browser.evaluate(QUIZ_REPORT_JS), []
+    for q in questions:
+        name = f"{where} {q['id']}"
+        role, group_name = accessible_group(browser, q["id"])
+        if role != "group" or not q["legend"] or group_name.strip() != q["legend"]:
+            problems.append(f"{name}: the question must be a group named by its legend; "
+                            f"got role {role!r}, name {group_name!r}")
+        if q["live"] != 1 or q["button"].strip() != "Check":
+            problems.append(f"{name}: needs one live region and a Check button: {q}")
+            continue
+        if q["kind"] == "choice":
+            problems += choice_problems(browser, name, q)
+        else:
+            if not q["fieldLabel"].strip():
+                problems.append(f"{name}: the number field has no label")
+            wrong_value, wrong_why = (q["mistakes"][0] if q["mistakes"] else (float(q["answer"]) + 1000, q["whyWrong"]))
+            for typed, verdict, why in [(str(wrong_value), "Not quite.", wrong_why),
+                                        (q["answer"], "Right.", q["whyRight"])]:
+                said = answer_number_by_keyboard(browser, q["id"], q["field"], typed)
+                if not (said.startswith(verdict) and why.strip() in said):
+                    problems.append(f"{name}: typing {typed} should say {verdict!r} and why; said {said!r}")
+    return len(questions), problems
+
+
+@pytest.mark.slow   # builds the book (shared with the test above), then Chromium
+def test_quizzes_scripts_and_narrow_screens_in_chromium(built_book, server, browser):
+    """Every chapter's quiz answers and explains, operated by keyboard; no page loads a script from
+    another site; at a phone's width (390 CSS pixels) no page scrolls sideways."""
+    problems, counts = [], {}
+    for page in toc_pages():
+        where = page.split("/")[-1]
+        browser.open(f"{server}/{page}.html")
+        browser.evaluate(PAGE_REPORT_JS)                     # waits for MathJax and the images
+        foreign = browser.evaluate(FOREIGN_SCRIPTS_JS)
+        if foreign:
+            problems.append(f"{where}: scripts loaded from another site: {foreign}")
+        counts[where], quiz_errors = quiz_problems(browser, where)
+        problems += quiz_errors
+        if page in CHAPTERS and counts[where] < MIN_QUIZ_QUESTIONS:
+            problems.append(f"{where}: {counts[where]} quiz questions, expected at least {MIN_QUIZ_QUESTIONS}")
+    browser.call("Emulation.setDeviceMetricsOverride", width=NARROW_WIDTH, height=844, deviceScaleFactor=1,
+                 mobile=True)
+    try:
+        for page in toc_pages():
+            browser.open(f"{server}/{page}.html")
+            browser.evaluate(PAGE_REPORT_JS)
+            report = browser.evaluate(WIDTH_REPORT_JS)
+            if report["scrollWidth"] > NARROW_WIDTH:
+                problems.append(f"{page.split('/')[-1]}: {report['scrollWidth']} px wide at {NARROW_WIDTH} px, "
+                                f"scrolls sideways; widest: {report['widest']}")
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    print("quiz questions per page:", counts)
+    assert not problems, "\n".join(problems)

@@ -8,8 +8,15 @@ templates in book/_templates/.
   which hides its visible text from the accessible name (WCAG 2.5.3, label in name): a
   speech-input user saying "show code cell source" would not reach it. Without the label the
   toggle is named by what it shows.
+* At a phone's width (390 CSS pixels) no page may scroll sideways: ``static/accessible_book.css``
+  lets long inline code wrap (Sphinx keeps each of its words on one line) and gives wide blocks
+  a scroll bar of their own (WCAG 1.4.10, reflow).
 """
 from __future__ import annotations
+
+from pathlib import Path
+
+STATIC = Path(__file__).resolve().parent / "static"
 
 MYST_NB_TOGGLE = '<summary aria-label="Toggle hidden content">'
 
@@ -20,6 +27,12 @@ def _name_toggles_by_their_text(app, pagename, templatename, context, doctree) -
         context["body"] = body.replace(MYST_NB_TOGGLE, "<summary>")
 
 
+def _add_static_folder(app, config) -> None:
+    config.html_static_path.append(str(STATIC))
+
+
 def setup(app):
+    app.connect("config-inited", _add_static_folder)
+    app.add_css_file("accessible_book.css")
     app.connect("html-page-context", _name_toggles_by_their_text)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
