@@ -147,7 +147,7 @@ def _ch02_pair_index() -> NumberQuestion:
         why=f"Pair i fills columns 2i and 2i + 1, and the last column is D − 1 = {columns - 1}; so i runs from 0 "
             f"to D/2 − 1 = {last_pair}.",
         wrong="Pair i fills columns 2i and 2i + 1: find the pair whose second column is the last one, D − 1.",
-        mistakes={columns // 2: f"That is the slides' bound, i ≤ D/2: pair {columns // 2} would need columns "
+        mistakes={columns // 2: f"i ≤ D/2 is one pair too many: pair {columns // 2} would need columns "
                                 f"{columns} and {columns + 1}, past the last column {columns - 1}.",
                   columns - 1: f"{columns - 1} is the last column; i counts pairs of columns, half as many."})
 
