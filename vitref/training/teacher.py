@@ -67,14 +67,15 @@ class ConvTeacher(nn.Sequential):
 
 
 def train_teacher(images, labels, info, *, epochs: float | None = None, deadline: float | None = None,
-                  steps: int | None = None, batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 0.05, warmup: float = 0.05,
+                  steps: int | None = None, batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 0.05,
+                  warmup: float = 0.05,
                   seed: int = 0, device="cpu", progress_bar=None, tuner=None,
                   arch: str = "fc") -> tuple[ConvTeacher, dict]:
     """Train a :class:`ConvTeacher` on ``images uint8 (N, C, H, W)``, ``labels (N,)``.
 
     The budget is ``epochs``, ``steps`` (optimiser steps) or a wall-clock ``deadline``
-    (``time.time()``), whichever comes first; the learning rate warms up linearly and decays on a cosine over the budget's
-    progress, as the student's does. Random horizontal flips. ``tuner`` (a
+    (``time.time()``), whichever comes first; the learning rate warms up linearly and decays on a
+    cosine over the budget's progress, as the student's does. Random horizontal flips. ``tuner`` (a
     :class:`~vitref.training.tuner.ThreadTuner`) picks the number of CPU threads as it goes. Returns
     ``(teacher in eval mode, summary dict)``.
     """
