@@ -47,6 +47,17 @@ def test_teacher_learns_and_stops_at_its_budget():
         train_teacher(images, labels, info)
 
 
+def test_teacher_step_budget_counts_steps_across_epochs():
+    images, labels = striped_images(128)
+    _, summary = train_teacher(images, labels, dict(INFO, num_classes=2), steps=5, batch_size=64)
+    assert summary["steps"] == 5 and summary["epochs"] == 2.5        # 2 batches an epoch, repeated
+    _, both = train_teacher(images, labels, dict(INFO, num_classes=2), steps=5, epochs=1, batch_size=64)
+    assert both["steps"] == 2                                          # the first budget reached ends it
+    for bad in (0, -1, 2.5, True):
+        with pytest.raises(ValueError, match="steps must be a positive whole number"):
+            train_teacher(images, labels, INFO, steps=bad)
+
+
 def test_teacher_logits_average_each_image_with_its_mirror():
     torch.manual_seed(0)
     teacher = ConvTeacher(1, 10, 28).eval()

@@ -1,10 +1,12 @@
-"""Experiments of chapter 7 that train several small models: accuracy against training-set size.
+"""Experiments that train several small models: accuracy against training-set size (chapter 7) and
+with dropout on or off (chapter 5).
 
 :func:`data_size_curve` trains the course's ViT (:func:`vitref.train.train`, its recipe) and the small
 CNN (:func:`vitref.teacher.train_teacher`, the ``ConvTeacher``) on the first ``n`` training images for
-the same number of epochs, for each ``n`` in ``sizes``, and scores both on the same test images with a
-single view. Everything is counted (epochs, seeds, threads), never timed, so the numbers are the same
-at every run with the same PyTorch on the same kind of processor.
+the same number of optimiser steps, for each ``n`` in ``sizes``, and scores both on the same test images
+with a single view. Everything is counted (steps, seeds, threads), never timed, so the numbers are the same
+at every run with the same PyTorch on the same kind of processor. :func:`dropout_on_off` trains the same
+ViT with and without dropout and scores it on its training images and on the test images.
 
 :func:`save_run` and :func:`load_or_train_run` let chapter 7's second page ("What a ViT learns") use
 the ViT that its first page trained, without training it again: the first page saves the model under a
@@ -29,19 +31,25 @@ from .training.teacher import train_teacher
 VITREF_ROOT = Path(__file__).resolve().parent
 
 
-def data_size_curve(sizes, epochs: float, *, dataset: str = "fashion-mnist", seed: int = 0, threads: int = 1,
+def data_size_curve(sizes, steps: int, *, dataset: str = "fashion-mnist", seed: int = 0, threads: int = 1,
                     test_limit: int | None = None) -> list[dict]:
-    """Test accuracy of the ViT and the CNN trained for ``epochs`` epochs on the first ``n`` training
-    images, for each ``n`` in ``sizes``.
+    """Test accuracy of the ViT and the CNN, each trained for the same ``steps`` optimiser steps on the
+    first ``n`` training images, for each ``n`` in ``sizes``.
 
-    Returns one row per (size, model): ``dict(size, model ('vit' or 'cnn'), accuracy, steps,
-    epochs, seconds)``; ``seconds`` is this machine's training time (the only number that varies).
-    Both models train on batches of 256 (whole batches only), so ``n`` must be at least 256.
+    Every size gets the same number of steps (batches of 256, whole batches only, the learning-rate
+    schedule spread over those steps), so a small set is passed over more often: ``steps * 256 / n``
+    epochs, about. What differs between sizes is only how many different images the steps see.
+    Returns one row per (size, model): ``dict(size, model ('vit' or 'cnn'), accuracy, steps, epochs,
+    seconds)``; ``seconds`` is this machine's training time (the only number that varies).
     """
-    if epochs <= 0:
-        raise ValueError(f"epochs must be positive, got {epochs}")
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive whole number of optimiser steps, got {steps!r}")
     info = vdata.DATASET_INFO[dataset]
     train_images, train_labels = vdata.load_tensors(dataset, train=True)
+    sizes = [int(n) for n in sizes]
+    for n in sizes:
+        if not 256 <= n <= len(train_labels):
+            raise ValueError(f"training-set size {n} is outside 256 .. {len(train_labels)}")
     test_images, test_labels = vdata.load_tensors(dataset, train=False)
     test_limit = test_limit or len(test_labels)
     test_images, test_labels = test_images[:test_limit], test_labels[:test_limit]
@@ -49,20 +57,50 @@ def data_size_curve(sizes, epochs: float, *, dataset: str = "fashion-mnist", see
     threads_before = torch.get_num_threads()
     try:
         for n in sizes:
-            n = int(n)
-            if not 256 <= n <= len(train_labels):
-                raise ValueError(f"training-set size {n} is outside 256 .. {len(train_labels)}")
-            _, history = train(dataset=dataset, seed=seed, threads=threads, epochs=epochs, train_limit=n,
+            _, history = train(dataset=dataset, seed=seed, threads=threads, steps=steps, train_limit=n,
                                test_limit=test_limit, tta="none", eval_every_epoch=False, out=None, progress=False)
             rows.append(dict(size=n, model="vit", accuracy=history["test_accuracy"], steps=history["steps"],
                              epochs=history["epochs_run"], seconds=round(history["train_seconds"], 1)))
             torch.set_num_threads(threads)
             started = time.time()
-            cnn, summary = train_teacher(train_images[:n], train_labels[:n], info, epochs=epochs, seed=seed)
+            cnn, summary = train_teacher(train_images[:n], train_labels[:n], info, steps=steps, seed=seed)
             seconds = time.time() - started
             result = evaluate(cnn, test_images, test_labels, info, tta="none")
             rows.append(dict(size=n, model="cnn", accuracy=result["accuracy"], steps=summary["steps"],
                              epochs=summary["epochs"], seconds=round(seconds, 1)))
+    finally:
+        torch.set_num_threads(threads_before)
+    return rows
+
+
+def dropout_on_off(rates=(0.0, 0.1), *, steps: int, train_limit: int, dataset: str = "fashion-mnist",
+                   seed: int = 0, threads: int = 1, test_limit: int | None = None) -> list[dict]:
+    """The course's ViT (:func:`vitref.train.train`, its recipe) trained once per dropout rate in
+    ``rates``, everything else equal (seed, ``steps``, the first ``train_limit`` training images), and
+    scored with a single view on those training images and on the test images.
+
+    Returns one row per rate: ``dict(dropout, train_accuracy, test_accuracy, gap (train - test), steps)``.
+    Counted, never timed: the same numbers at every run with the same PyTorch on the same processor.
+    """
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"steps must be a positive whole number of optimiser steps, got {steps!r}")
+    if not rates or any(not 0.0 <= float(p) < 1.0 for p in rates):
+        raise ValueError(f"rates must be dropout probabilities in [0, 1), got {rates!r}")
+    info = vdata.DATASET_INFO[dataset]
+    train_images, train_labels = vdata.load_tensors(dataset, train=True)
+    if not 256 <= train_limit <= len(train_labels):
+        raise ValueError(f"train_limit {train_limit} is outside 256 .. {len(train_labels)}")
+    seen_images, seen_labels = train_images[:train_limit], train_labels[:train_limit]   # (n, C, H, W), (n,)
+    rows = []
+    threads_before = torch.get_num_threads()
+    try:
+        for rate in rates:
+            model, history = train(dataset=dataset, seed=seed, threads=threads, steps=steps, dropout=float(rate),
+                                   train_limit=train_limit, test_limit=test_limit, tta="none",
+                                   eval_every_epoch=False, out=None, progress=False)
+            on_train = evaluate(model, seen_images, seen_labels, info, tta="none")["accuracy"]
+            rows.append(dict(dropout=float(rate), train_accuracy=on_train, test_accuracy=history["test_accuracy"],
+                             gap=on_train - history["test_accuracy"], steps=history["steps"]))
     finally:
         torch.set_num_threads(threads_before)
     return rows
@@ -127,4 +165,4 @@ def load_or_train_run(run: dict) -> tuple[torch.nn.Module, dict]:
     return model.eval(), history
 
 
-__all__ = ["data_size_curve", "crossing", "run_path", "save_run", "load_or_train_run"]
+__all__ = ["data_size_curve", "dropout_on_off", "crossing", "run_path", "save_run", "load_or_train_run"]

@@ -67,19 +67,22 @@ class ConvTeacher(nn.Sequential):
 
 
 def train_teacher(images, labels, info, *, epochs: float | None = None, deadline: float | None = None,
-                  batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 0.05, warmup: float = 0.05,
+                  steps: int | None = None, batch_size: int = 256, lr: float = 2e-3, weight_decay: float = 0.05,
+                  warmup: float = 0.05,
                   seed: int = 0, device="cpu", progress_bar=None, tuner=None,
                   arch: str = "fc") -> tuple[ConvTeacher, dict]:
     """Train a :class:`ConvTeacher` on ``images uint8 (N, C, H, W)``, ``labels (N,)``.
 
-    The budget is ``epochs`` or a wall-clock ``deadline`` (``time.time()``), whichever comes
-    first; the learning rate warms up linearly and decays on a cosine over the budget's
-    progress, as the student's does. Random horizontal flips. ``tuner`` (a
+    The budget is ``epochs``, ``steps`` (optimiser steps) or a wall-clock ``deadline``
+    (``time.time()``), whichever comes first; the learning rate warms up linearly and decays on a
+    cosine over the budget's progress, as the student's does. Random horizontal flips. ``tuner`` (a
     :class:`~vitref.training.tuner.ThreadTuner`) picks the number of CPU threads as it goes. Returns
     ``(teacher in eval mode, summary dict)``.
     """
-    if epochs is None and deadline is None:
-        raise ValueError("give the teacher a budget: epochs or deadline")
+    if epochs is None and deadline is None and steps is None:
+        raise ValueError("give the teacher a budget: epochs, steps or deadline")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps must be a positive whole number of optimiser steps, got {steps!r}")
     device = torch.device(device)
     torch.manual_seed(seed)
     teacher = ConvTeacher(info["in_channels"], info["num_classes"], info["img_size"], arch).to(device)
@@ -91,6 +94,8 @@ def train_teacher(images, labels, info, *, epochs: float | None = None, deadline
                                generator=torch.Generator().manual_seed(seed + 2), flip=True, drop_last=True,
                                device=device)
     max_steps = math.ceil(epochs * len(loader)) if epochs is not None else math.inf
+    if steps is not None:
+        max_steps = min(max_steps, steps)
     start = time.time()
     step, progress, loss = 0, 0.0, None
     teacher.train()
