@@ -79,10 +79,7 @@ def train_teacher(images, labels, info, *, epochs: float | None = None, deadline
     :class:`~vitref.training.tuner.ThreadTuner`) picks the number of CPU threads as it goes. Returns
     ``(teacher in eval mode, summary dict)``.
     """
-    if epochs is None and deadline is None and steps is None:
-        raise ValueError("give the teacher a budget: epochs, steps or deadline")
-    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
-        raise ValueError(f"steps must be a positive whole number of optimiser steps, got {steps!r}")
+    _check_budget(epochs, deadline, steps)
     device = torch.device(device)
     torch.manual_seed(seed)
     teacher = ConvTeacher(info["in_channels"], info["num_classes"], info["img_size"], arch).to(device)
@@ -93,9 +90,8 @@ def train_teacher(images, labels, info, *, epochs: float | None = None, deadline
     loader = vdata.BatchLoader(images, labels, batch_size, info["mean"], info["std"], shuffle=True,
                                generator=torch.Generator().manual_seed(seed + 2), flip=True, drop_last=True,
                                device=device)
-    max_steps = math.ceil(epochs * len(loader)) if epochs is not None else math.inf
-    if steps is not None:
-        max_steps = min(max_steps, steps)
+    max_steps = min(math.ceil(epochs * len(loader)) if epochs is not None else math.inf,
+                    steps if steps is not None else math.inf)
     start = time.time()
     step, progress, loss = 0, 0.0, None
     teacher.train()
@@ -128,6 +124,13 @@ def train_teacher(images, labels, info, *, epochs: float | None = None, deadline
     teacher.eval()
     return teacher, dict(steps=step, epochs=round(step / len(loader), 3), seconds=round(time.time() - start, 2),
                          num_parameters=sum(p.numel() for p in teacher.parameters()))
+
+
+def _check_budget(epochs, deadline, steps) -> None:
+    if epochs is None and deadline is None and steps is None:
+        raise ValueError("give the teacher a budget: epochs, steps or deadline")
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ValueError(f"steps must be a positive whole number of optimiser steps, got {steps!r}")
 
 
 @torch.no_grad()
