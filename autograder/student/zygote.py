@@ -613,72 +613,19 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
     start = time.monotonic()
     pid = _fork_init(req.get("mode") != "limits")
     if pid == 0:
-        try:
-            for fd in (result_r, output_r, status_r, data_w, ctl_w, *_PROTOCOL_FDS, *_OWN_PID_NS):
-                os.close(fd)
-            if req.get("mode") != "limits":
-                # pid 1 of its own pid namespace already (_fork_init); now its own mounts, network, IPC, host name
-                _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
-            _init(req, notebook, payload_fn, result_w, output_w, status_w, data_r, ctl_r, (ack_r, ack_w))
-        except BaseException:  # noqa: BLE001 - the forked child reports any failure and exits
-            try:
-                os.write(2, traceback.format_exc().encode())
-            finally:
-                os._exit(122)
+        _run_init((result_r, output_r, status_r, data_w, ctl_w, *_PROTOCOL_FDS, *_OWN_PID_NS),
+                  req, notebook, payload_fn, result_w, output_w, status_w, data_r, ctl_r, (ack_r, ack_w))
     for fd in (result_w, output_w, status_w, data_r, ctl_r, ack_r, ack_w):
         os.close(fd)
     os.set_blocking(ctl_w, False)
-    feed = Feed(b"", float(req.get("held_limit") or 0), req.get("held_qids") or ())
     os.set_blocking(data_w, False)
-    deadline = start + float(req["timeout"])
-    cell_kill = float(req.get("cell_kill") or 0)   # a cell running longer than this is killed
-    result, output, status = bytearray(), bytearray(), b""
+    feed = Feed(b"", float(req.get("held_limit") or 0), req.get("held_qids") or ())
+    streams = {"result": bytearray(), "output": bytearray(), "status": bytearray()}
     open_fds = {result_r: "result", output_r: "output", status_r: "status"}
-    timed_out = too_big = False
-    parsed, cell_started = 0, None
     try:
         if held_fd is not None and req.get("held_size"):
             feed.data = read_exact(held_fd, int(req["held_size"]))
-        while open_fds:
-            now = time.monotonic()
-            limit = deadline
-            if cell_kill and cell_started is not None:
-                limit = min(limit, cell_started + cell_kill)
-            training = feed.deadline()
-            if training is not None and training < limit:
-                limit = training
-            left = limit - now
-            if left <= 0:
-                timed_out = True
-                feed.overdue = training is not None and limit == training
-                break
-            ready, writable, _ = select.select(list(open_fds), [data_w] if feed.pending else [], [], left)
-            if writable:
-                feed.write(data_w)
-            for fd in ready:
-                chunk = os.read(fd, 1 << 20)
-                kind = open_fds[fd]
-                if not chunk:
-                    del open_fds[fd]
-                    os.close(fd)
-                elif kind == "result":
-                    result += chunk
-                    if len(result) > MAX_RESULT:
-                        too_big = True
-                    parsed, events = frame_events(result, parsed)
-                    for event, qid in events:
-                        feed.on_event(event, qid, time.monotonic())
-                        if event in ("cells", "probe"):
-                            _ask_reap(ctl_w)
-                    if events:
-                        cell_started = time.monotonic() if events[-1][0] == "cell" else None
-                elif kind == "output":
-                    output += chunk
-                    del output[:-OUTPUT_TAIL]
-                else:
-                    status += chunk
-            if too_big:
-                break
+        stopped = _watch(req, start, open_fds, streams, feed, data_w, ctl_w)
     except BaseException:
         # the student's run must never outlive its watch: an error here once let a run keep
         # processes of the job's uid alive, and every later student of the job could not fork
@@ -691,36 +638,102 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
         raise
     os.close(data_w)
     os.close(ctl_w)
-    if timed_out or too_big:
+    if stopped:
         os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
-    # drain what is already buffered (non-blocking), then close
+    _drain(open_fds, streams)
+    return _response(stopped, streams, feed, time.monotonic() - start)
+
+
+def _run_init(parents_ends: tuple, req: dict, notebook: bytes, payload_fn, *ends) -> None:
+    """In the forked child (pid 1 of its own pid namespace already, :func:`_fork_init`): the zygote's
+    ends of the pipes closed, its own mounts, network, IPC and host name, then :func:`_init`. Never
+    returns: whatever happens, the child exits here."""
+    try:
+        for fd in parents_ends:
+            os.close(fd)
+        if req.get("mode") != "limits":
+            _unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS)
+        _init(req, notebook, payload_fn, *ends)
+    except BaseException:  # noqa: BLE001 - the forked child reports any failure and exits
+        try:
+            os.write(2, traceback.format_exc().encode())
+        finally:
+            os._exit(122)
+
+
+def _watch(req: dict, start: float, open_fds: dict, streams: dict, feed, data_w: int, ctl_w: int) -> str:
+    """Collect the run's streams until they close; hand the training data over when asked; ask init to
+    end strays at each "cells"/"probe" event. Returns "" or why the run must be stopped ("timeout",
+    "too_big"); ``feed.overdue`` says whether the training's own limit was the one reached."""
+    deadline = start + float(req["timeout"])
+    cell_kill = float(req.get("cell_kill") or 0)   # a cell running longer than this is killed
+    parsed, cell_started = 0, None
+    while open_fds:
+        limit = deadline
+        if cell_kill and cell_started is not None:
+            limit = min(limit, cell_started + cell_kill)
+        training = feed.deadline()
+        if training is not None and training < limit:
+            limit = training
+        left = limit - time.monotonic()
+        if left <= 0:
+            feed.overdue = training is not None and limit == training
+            return "timeout"
+        ready, writable, _ = select.select(list(open_fds), [data_w] if feed.pending else [], [], left)
+        if writable:
+            feed.write(data_w)
+        for fd in ready:
+            chunk = os.read(fd, 1 << 20)
+            kind = open_fds[fd]
+            if not chunk:
+                del open_fds[fd]
+                os.close(fd)
+                continue
+            _keep(streams, kind, chunk)
+            if kind == "result":
+                parsed, events = frame_events(streams["result"], parsed)
+                for event, qid in events:
+                    feed.on_event(event, qid, time.monotonic())
+                    if event in ("cells", "probe"):
+                        _ask_reap(ctl_w)
+                if events:
+                    cell_started = time.monotonic() if events[-1][0] == "cell" else None
+        if len(streams["result"]) > MAX_RESULT:
+            return "too_big"
+    return ""
+
+
+def _keep(streams: dict, kind: str, chunk: bytes) -> None:
+    streams[kind] += chunk
+    if kind == "output":
+        del streams["output"][:-OUTPUT_TAIL]
+
+
+def _drain(open_fds: dict, streams: dict) -> None:
+    """What the streams still open have buffered (non-blocking), then close them."""
     for fd, kind in list(open_fds.items()):
         try:
             os.set_blocking(fd, False)
-            while len(result) <= MAX_RESULT:
+            while len(streams["result"]) <= MAX_RESULT:
                 chunk = os.read(fd, 1 << 20)
                 if not chunk:
                     break
-                if kind == "result":
-                    result += chunk
-                elif kind == "output":
-                    output += chunk
-                    del output[:-OUTPUT_TAIL]
-                else:
-                    status += chunk
+                _keep(streams, kind, chunk)
         except BlockingIOError:
             pass
         os.close(fd)
-    wall = time.monotonic() - start
-    out = {"wall": round(wall, 3), "output": output.decode("utf-8", "replace"), "training": feed.report()}
-    text = status.decode()
-    if too_big:
+
+
+def _response(stopped: str, streams: dict, feed, wall: float) -> tuple[dict, bytes]:
+    out = {"wall": round(wall, 3), "output": streams["output"].decode("utf-8", "replace"), "training": feed.report()}
+    result, text = bytes(streams["result"]), streams["status"].decode()
+    if stopped == "too_big":
         out.update(status="error", reason=f"output larger than {MAX_RESULT >> 20} MB")
         return out, b""
-    if timed_out:
+    if stopped == "timeout":
         out.update(status="timeout")
-        return out, bytes(result)
+        return out, result
     if text.startswith("signal"):
         out.update(status="signal", signal=int(text.split()[1]))
     elif text.startswith("exit"):
@@ -728,7 +741,7 @@ def run_one(req: dict, notebook: bytes, payload_fn, held_fd: int | None = None) 
         out.update(status="ok" if code == 0 else "exit", code=code)
     else:
         out.update(status="error", reason="the sandbox could not start the student process")
-    return out, bytes(result)
+    return out, result
 
 
 def _fork_init(isolated: bool) -> int:
