@@ -155,8 +155,7 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
     try:
         source = _load_inputs(path, options)
     except Exception as error:  # noqa: BLE001 - a broken inputs file is the host's bug: say so
-        emit(wire.frame({"event": "invalid", "reason": f"the inputs of this run could not be read: {error}"}))
-        emit(wire.frame({"event": "done"}))
+        _invalid(emit, f"the inputs of this run could not be read: {error}")
         return
     if options.get("data_fd") is not None and hasattr(source, "fetch"):
         data_fd, provided = int(options["data_fd"]), inputs.ProvidedSource
@@ -165,8 +164,7 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
     try:
         cells = read_cells(path)
     except SubmissionError as error:
-        emit(wire.frame({"event": "invalid", "reason": str(error)}))
-        emit(wire.frame({"event": "done"}))
+        _invalid(emit, str(error))
         return
     reap_fd = options.get("reap_fd")
     namespace = _lock(bytes.fromhex(str(options.pop("frame_key", "") or "")))
@@ -183,23 +181,30 @@ def payload(path: str, qids: list[str], emit, options: dict) -> None:
                        timed_out=timed_out)
     emit(wire.frame({"event": "cells", "count": len(cells), "errors": errors[:20], "timed_out": timed_out}))
     _await_reap(reap_fd)
-
     for qid, q in questions.items():
         emit(wire.frame({"event": "probe", "qid": qid}))
         _await_reap(reap_fd)
-        if q.answer_name not in namespace:
-            data = {"qid": qid, "fatal": f"no object named {q.answer_name} in the notebook"
-                    + (f" (a cell raised an error: {errors[0]})" if errors else ""), "cases": []}
-            emit(wire.result_frame(qid, data, sign=sign))
-            continue
         budget = min(max(probe_cap, float(q.seconds)), deadline - time.monotonic())
-        if budget <= 0.05:
-            emit(wire.frame({"event": "unavailable", "qid": qid,
-                             "reason": "not checked: the notebook used up the time limit"}))
-            continue
-        _probe_in_fork(q, namespace[q.answer_name], source, budget, emit, registered=banned,
-                       changed=changed, sign=sign)
+        _probe_one(q, namespace, errors, budget, source, emit, registered=banned, changed=changed, sign=sign)
     emit(wire.frame({"event": "done"}))
+
+
+def _invalid(emit, reason: str) -> None:
+    emit(wire.frame({"event": "invalid", "reason": reason}))
+    emit(wire.frame({"event": "done"}))
+
+
+def _probe_one(q, namespace: dict, errors: list, budget: float, source, emit, **probe) -> None:
+    """Probe question ``q``'s answer in ``namespace`` (:func:`_probe_in_fork`), or say why not."""
+    if q.answer_name not in namespace:
+        data = {"qid": q.id, "fatal": f"no object named {q.answer_name} in the notebook"
+                + (f" (a cell raised an error: {errors[0]})" if errors else ""), "cases": []}
+        emit(wire.result_frame(q.id, data, sign=probe["sign"]))
+    elif budget <= 0.05:
+        emit(wire.frame({"event": "unavailable", "qid": q.id,
+                         "reason": "not checked: the notebook used up the time limit"}))
+    else:
+        _probe_in_fork(q, namespace[q.answer_name], source, budget, emit, **probe)
 
 
 def _lock(key: bytes) -> dict:
@@ -334,7 +339,11 @@ def _probe_in_fork(q, answer, source, budget: float, emit, registered=frozenset(
             except OSError:
                 pass
         _, status = os.waitpid(pid, 0)
-    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    _report_end(q, budget, emit, finished, hung, os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL)
+
+
+def _report_end(q, budget: float, emit, finished: bool, hung: bool, killed: bool) -> None:
+    """Why a probe's fork sent no result, when it did not."""
     if hung:
         emit(wire.frame({"event": "unavailable", "qid": q.id,
                          "reason": f"checking {q.answer_name} did not finish within the time limit of "
