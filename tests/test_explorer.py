@@ -73,3 +73,12 @@ def test_the_page_loads_its_script_from_the_site_only():
     assert '<script src="../_static/explorer/explorer.js">' in html and 'aria-live="polite"' in html
     with pytest.raises(ValueError, match="site itself"):
         explorer.explorer_html("https://cdn.example.org/explorer.js")
+
+
+def test_files_over_the_budget_are_removed_and_refused(tmp_path):
+    big = vitref.ViT(img_size=28, patch_size=7, in_channels=1, num_classes=10, dim=256, depth=4, num_heads=4,
+                     mlp_dim=512).eval()                      # 2.1 M parameters: 8.5 MB of float32
+    images = torch.zeros(2, 1, 28, 28, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="more than"):
+        explorer.publish(tmp_path, big, INFO, images, torch.arange(2))
+    assert not list(tmp_path.iterdir())

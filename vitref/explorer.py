@@ -116,13 +116,15 @@ def explorer_data(vit: ViT, mean, std, images: torch.Tensor, labels: torch.Tenso
 def write_explorer_assets(folder, vit: ViT, mean, std, images: torch.Tensor, labels: torch.Tensor,
                           classes) -> dict:
     """Write the model (:data:`MODEL_FILE`) and the data (:data:`DATA_FILE`) into ``folder``; return
-    ``{file name: bytes}``. Raises when together they exceed :data:`MAX_ASSET_BYTES`."""
+    ``{file name: bytes}``. When together they exceed :data:`MAX_ASSET_BYTES`, removes them and raises."""
     folder = Path(folder)
     export_onnx(vit, mean, std, folder / MODEL_FILE)
     data = explorer_data(vit, mean, std, images, labels, classes)
     (folder / DATA_FILE).write_text(json.dumps(data, separators=(",", ":")))
     sizes = {name: (folder / name).stat().st_size for name in (MODEL_FILE, DATA_FILE)}
     if sum(sizes.values()) > MAX_ASSET_BYTES:
+        for name in sizes:
+            (folder / name).unlink()
         raise ValueError(f"the explorer's files take {sizes} bytes, more than {MAX_ASSET_BYTES:,} together")
     return sizes
 
