@@ -18,12 +18,14 @@ $(STAMP): requirements.txt pyproject.toml
 	$(MAKE) --no-print-directory system-packages
 	touch $(STAMP)
 
-# axe-core, the accessibility checker of the browser test (tests/test_book.py), from npm at
-# package-lock.json's version. Without npm, setup goes on and says so; the browser test then fails
-# with the same instruction (it never skips).
+# npm packages at package-lock.json's versions (axe.min.js stands for all of them): axe-core, the accessibility checker of the browser
+# test (tests/test_book.py), and onnxruntime-web, which runs chapter 7's live ViT in the page (the
+# book's extension copies its WebAssembly build into the site). Without npm, setup goes on and says
+# so; the book then says the live model cannot load, and the browser test fails with the same
+# instruction (it never skips).
 $(AXE): package.json package-lock.json
 	@if command -v npm >/dev/null; then npm ci --no-audit --no-fund --ignore-scripts --loglevel=error && touch $(AXE); \
-	else echo "note: npm not found, axe-core not installed (the browser test needs it): apt-get install nodejs npm, then make setup"; fi
+	else echo "note: npm not found, axe-core and onnxruntime-web not installed (the browser test and the live ViT of chapter 7 need them): apt-get install nodejs npm, then make setup"; fi
 
 # Debian packages the course uses when the machine allows it: the Fashion-MNIST data,
 # Chromium for the browser test of the book, bubblewrap for the grading sandbox.

@@ -101,6 +101,8 @@ def built_book(tmp_path_factory):
         shutil.copytree(ROOT / name, copy / name, ignore=ignore)
     for name in ("_config.yml", "_toc.yml"):
         shutil.copy2(ROOT / name, copy / name)
+    if (ROOT / "node_modules").is_dir():                 # onnxruntime-web, which the build copies into the site
+        (copy / "node_modules").symlink_to(ROOT / "node_modules", target_is_directory=True)
     jupyter_book = Path(sys.executable).with_name("jupyter-book")
     result = subprocess.run([str(jupyter_book), "build", str(copy)], cwd=copy, env=fast_env(),
                             capture_output=True, text=True, timeout=1200)
@@ -568,4 +570,87 @@ def test_quizzes_scripts_and_narrow_screens_in_chromium(built_book, server, brow
     finally:
         browser.call("Emulation.clearDeviceMetricsOverride")
     print("quiz questions per page:", counts)
+    assert not problems, "\n".join(problems)
+
+
+# --------------------------------------------------------------------------- (d) the live ViT of chapter 7
+
+EXPLORER_PAGE = "book/07b_what_vit_learns"
+EXPLORER_KEYS = {"ArrowRight": dict(key="ArrowRight", code="ArrowRight", windowsVirtualKeyCode=39)}
+
+# What the explorer shows once its first prediction is made (or why it failed), with the build's data.
+EXPLORER_REPORT_JS = r"""
+(async () => {
+  const deadline = performance.now() + 60000;
+  while (!window.vitExplorer && performance.now() < deadline) await new Promise(r => setTimeout(r, 50));
+  await window.vitExplorer.ready;
+  const data = await (await fetch('../_static/explorer/explorer.json')).json();
+  const s = window.vitExplorer.state;
+  return {error: window.vitExplorer.error || null, live: document.getElementById('vit-explorer-live').textContent,
+          liveCount: document.querySelectorAll('#vit-explorer [aria-live="polite"]').length,
+          predicted: s.probabilities ? s.probabilities.indexOf(Math.max(...s.probabilities)) : null,
+          probabilities: s.probabilities, rollout: s.rollout, first: data.first, classes: data.classes,
+          images: data.images.length, updates: window.vitExplorer.updates,
+          maps: document.querySelectorAll('#vit-explorer-maps canvas').length,
+          map: document.getElementById('vit-explorer-map-0-0').toDataURL(),
+          files: performance.getEntriesByType('resource').map(e => e.name)};
+})()
+"""
+
+
+def explorer_problems(browser: "Browser", server: str) -> tuple[list[str], float]:
+    """The explorer on its page: it loads from the site's own files, predicts what PyTorch predicted for the
+    first image, draws the rollout vitref computes, and a keyboard occlusion updates the maps and the live
+    region. Returns (problems, the page's update time in ms)."""
+    browser.open(f"{server}/{EXPLORER_PAGE}.html")
+    before = browser.evaluate(EXPLORER_REPORT_JS)
+    if before["error"] or before["probabilities"] is None:
+        return [f"the explorer did not load: {before['error']}"], float("nan")
+    problems = []
+    foreign = [f for f in before["files"] if not f.startswith(server)]
+    if foreign:
+        problems.append(f"the explorer fetched files from another site: {foreign}")
+    for name in ("vit.onnx", "ort.wasm.min.js", "ort-wasm-simd-threaded.wasm"):
+        if not any(f.endswith("/_static/explorer/" + name) for f in before["files"]):
+            problems.append(f"{name} was not loaded from the site's _static/explorer/: {before['files']}")
+    expected = before["first"]["predicted"]
+    if before["predicted"] != expected:
+        problems.append(f"first image: the page predicts class {before['predicted']}, PyTorch {expected}")
+    largest = max(abs(a - b) for a, b in zip(before["probabilities"], before["first"]["probabilities"]))
+    rollout_gap = max(abs(a - b) for a, b in zip(before["rollout"], before["first"]["rollout"]))
+    if largest > 1e-4 or rollout_gap > 1e-4 or len(before["rollout"]) != len(before["first"]["rollout"]):
+        problems.append(f"the page's probabilities or rollout differ from vitref's: {largest:.2e}, {rollout_gap:.2e}")
+    if before["liveCount"] != 1 or not before["live"].startswith(f"Predicted: {before['classes'][expected]} ("):
+        problems.append(f"the live region should announce the prediction: {before['live']!r}")
+    browser.evaluate("document.getElementById('vit-explorer-image').focus()")
+    for event in ("keyDown", "keyUp"):                       # the patch cursor one patch right, then Space
+        browser.call("Input.dispatchKeyEvent", type=event, **EXPLORER_KEYS["ArrowRight"])
+    press(browser, "Space")
+    after = browser.evaluate("(async () => { const d = performance.now() + 10000;"
+                             f" while (window.vitExplorer.updates <= {before['updates']} && performance.now() < d)"
+                             " await new Promise(r => setTimeout(r, 20));"
+                             " return {live: document.getElementById('vit-explorer-live').textContent,"
+                             " map: document.getElementById('vit-explorer-map-0-0').toDataURL(),"
+                             " cursor: document.getElementById('vit-explorer-cursor').textContent,"
+                             " ms: window.vitExplorer.lastUpdateMs}; })()")
+    if "1 patch occluded" not in after["live"] or after["live"] == before["live"]:
+        problems.append(f"Space on a patch should occlude it and announce it: {before['live']!r} -> {after['live']!r}")
+    if after["map"] == before["map"]:
+        problems.append("occluding a patch did not change the attention map of block 1, head 1")
+    if "row 1, column 2 (occluded)" not in after["cursor"]:
+        problems.append(f"ArrowRight then Space should occlude the patch in row 1, column 2: {after['cursor']!r}")
+    return problems, after["ms"]
+
+
+@pytest.mark.slow   # builds the book (shared with the tests above), then Chromium
+def test_live_vit_explorer_in_chromium(built_book, server, browser):
+    """Chapter 7's live ViT: onnxruntime-web and the ONNX model are served by the site (sizes printed), the
+    page's prediction and rollout equal PyTorch's, and a keyboard occlusion updates maps and live region."""
+    folder = built_book / "_static" / "explorer"
+    sizes = {path.name: path.stat().st_size for path in sorted(folder.iterdir())}
+    print("_static/explorer:", ", ".join(f"{name} {size / 1e3:,.0f} kB" for name, size in sizes.items()))
+    assert sizes.get("vit.onnx", 0) + sizes.get("explorer.json", 0) <= 2_000_000, sizes
+    problems, milliseconds = explorer_problems(browser, server)
+    print(f"explorer update after an occlusion (model + rollout + maps): {milliseconds:.0f} ms in Chromium "
+          "(a loaded machine)")
     assert not problems, "\n".join(problems)

@@ -11,12 +11,27 @@ templates in book/_templates/.
 * At a phone's width (390 CSS pixels) no page may scroll sideways: ``static/accessible_book.css``
   lets long inline code wrap (Sphinx keeps each of its words on one line) and gives wide blocks
   a scroll bar of their own (WCAG 1.4.10, reflow).
+
+It also serves the live ViT of chapter 7 (07b, ``vitref.explorer``) from the site itself: after
+the build, the model and images the chapter wrote into ``_build/explorer/`` and onnxruntime-web's
+single-threaded WebAssembly build (npm, package-lock.json) are copied into ``_static/explorer/``,
+beside the page's script (``static/explorer/explorer.js``). Nothing is loaded from a CDN.
 """
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
+from sphinx.util import logging
+
+logger = logging.getLogger(__name__)
+
 STATIC = Path(__file__).resolve().parent / "static"
+
+# onnxruntime-web's files the explorer needs: the WebAssembly-only bundle (global `ort`), its loader
+# module and the one .wasm (SIMD; run on one thread, so no SharedArrayBuffer is needed)
+ORT_WEB_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
+EXPLORER_FILES = ("vit.onnx", "explorer.json")   # vitref.explorer.MODEL_FILE, DATA_FILE
 
 MYST_NB_TOGGLE = '<summary aria-label="Toggle hidden content">'
 
@@ -31,8 +46,29 @@ def _add_static_folder(app, config) -> None:
     config.html_static_path.append(str(STATIC))
 
 
+def _copy_explorer_files(app, exception) -> None:
+    """Copy the chapter's model and images and onnxruntime-web's files into ``_static/explorer/``."""
+    if exception is not None or app.builder.format != "html":
+        return
+    target = Path(app.outdir) / "_static" / "explorer"
+    target.mkdir(parents=True, exist_ok=True)
+    written = Path(app.outdir).parent / "explorer"                       # where 07b writes them
+    ort_dist = Path(app.srcdir) / "node_modules" / "onnxruntime-web" / "dist"
+    sources = [written / name for name in EXPLORER_FILES] + [ort_dist / name for name in ORT_WEB_FILES]
+    missing = [str(path) for path in sources if not path.is_file()]
+    if missing:
+        logger.warning("the live ViT of chapter 7 will say it cannot load: missing %s (the model files come from "
+                       "running book/07b_what_vit_learns.ipynb; onnxruntime-web from `make setup`, npm ci)",
+                       ", ".join(missing))
+    for path in sources:
+        if path.is_file():
+            shutil.copy2(path, target / path.name)
+
+
 def setup(app):
     app.connect("config-inited", _add_static_folder)
     app.add_css_file("accessible_book.css")
+    app.add_css_file("explorer/explorer.css")
     app.connect("html-page-context", _name_toggles_by_their_text)
+    app.connect("build-finished", _copy_explorer_files)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

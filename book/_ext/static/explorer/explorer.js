@@ -1,0 +1,313 @@
+// The live ViT of chapter 7 (book/07b_what_vit_learns.ipynb): the model the build trained, exported
+// to ONNX by vitref.explorer, run in the reader's browser with onnxruntime-web (WebAssembly, one
+// thread). Every file comes from this script's own folder: ort.wasm.min.js, its .mjs and .wasm,
+// vit.onnx and explorer.json (test images, class names, PyTorch's prediction for the first image).
+// If WebAssembly or a file cannot load, one sentence says so and the page's static figures remain.
+(() => {
+  'use strict';
+  const script = document.currentScript;
+  const base = new URL('.', script.src).href;               // .../_static/explorer/
+  const root = document.getElementById('vit-explorer');
+  if (!root) return;
+  const $ = id => document.getElementById('vit-explorer-' + id);
+  const api = window.vitExplorer = {lastUpdateMs: null, updates: 0};
+
+  const state = {data: null, session: null, pixels: null, occluded: new Set(), cursor: 0, drawing: false,
+                 probabilities: null, attention: null, rollout: null};
+
+  function fail(error) {
+    $('status').textContent = 'The live model cannot run in this browser (it needs WebAssembly and the files ' +
+        'served with this page), so only the static figures of this chapter are shown.';
+    $('status').hidden = false;
+    $('panel').hidden = true;
+    api.error = String(error && (error.stack || error));
+  }
+
+  function loadScript(src) {
+    return new Promise((resolve, reject) => {
+      const tag = document.createElement('script');
+      tag.src = src;
+      tag.onload = resolve;
+      tag.onerror = () => reject(new Error('could not load ' + src));
+      document.head.appendChild(tag);
+    });
+  }
+
+  // ---------------------------------------------------------------- the model
+
+  function inputTensor() {
+    const {size, patch, grid} = state.data;
+    const values = new Float32Array(size * size);
+    for (let i = 0; i < values.length; i++) {
+      const cell = Math.floor(Math.floor(i / size) / patch) * grid + Math.floor((i % size) / patch);
+      values[i] = state.occluded.has(cell) ? 0 : state.pixels[i] / 255;   // occluded: black, the background
+    }
+    return new ort.Tensor('float32', values, [1, 1, size, size]);
+  }
+
+  function softmax(logits) {
+    const top = Math.max(...logits);
+    const exps = Array.from(logits, v => Math.exp(v - top));
+    const total = exps.reduce((a, b) => a + b, 0);
+    return exps.map(v => v / total);
+  }
+
+  // Attention rollout as vitref.viz.attention_rollout computes it (head_fusion='mean', residual=True):
+  // per block, average the heads, add the identity, renormalise each row to sum 1, and multiply,
+  // R = A_L ... A_1 (bottom block first). Returns the class token's row over the patches.
+  // The browser test compares it with vitref.viz.rollout_map's value for the first test image.
+  function rollout(attention, depth, heads, tokens) {
+    let result = identity(tokens);
+    for (let layer = 0; layer < depth; layer++) {
+      const fused = new Float64Array(tokens * tokens);
+      for (let h = 0; h < heads; h++) {
+        const offset = (layer * heads + h) * tokens * tokens;
+        for (let k = 0; k < tokens * tokens; k++) fused[k] += attention[offset + k] / heads;
+      }
+      for (let i = 0; i < tokens; i++) {
+        fused[i * tokens + i] += 1;
+        let sum = 0;
+        for (let j = 0; j < tokens; j++) sum += fused[i * tokens + j];
+        for (let j = 0; j < tokens; j++) fused[i * tokens + j] /= sum;
+      }
+      result = matmul(fused, result, tokens);
+    }
+    return Array.from(result.slice(1, tokens));              // class token's row, without itself
+  }
+
+  function identity(n) {
+    const m = new Float64Array(n * n);
+    for (let i = 0; i < n; i++) m[i * n + i] = 1;
+    return m;
+  }
+
+  function matmul(a, b, n) {
+    const out = new Float64Array(n * n);
+    for (let i = 0; i < n; i++)
+      for (let k = 0; k < n; k++) {
+        const v = a[i * n + k];
+        for (let j = 0; j < n; j++) out[i * n + j] += v * b[k * n + j];
+      }
+    return out;
+  }
+
+  async function update() {
+    const started = performance.now();
+    const {depth, heads, grid, classes} = state.data;
+    const tokens = grid * grid + 1;
+    const outputs = await state.session.run({pixels: inputTensor()});
+    state.probabilities = softmax(outputs.logits.data);
+    state.attention = outputs.attention.data;                // (1, depth, heads, tokens, tokens)
+    state.rollout = rollout(state.attention, depth, heads, tokens);
+    drawImage();
+    drawMaps(depth, heads, grid, tokens);
+    const order = state.probabilities.map((p, c) => [p, c]).sort((a, b) => b[0] - a[0]);
+    $('top').replaceChildren(...order.slice(0, 3).map(([p, c]) => {
+      const item = document.createElement('li');
+      item.textContent = `${classes[c]}: ${(100 * p).toFixed(1)}%`;
+      return item;
+    }));
+    const count = state.occluded.size;
+    $('live').textContent = `Predicted: ${classes[order[0][1]]} (${(100 * order[0][0]).toFixed(0)}%)` +
+        (count ? `, with ${count} patch${count > 1 ? 'es' : ''} occluded.` : '.');
+    api.lastUpdateMs = performance.now() - started;
+    api.updates += 1;
+    $('timing').textContent = `Last update: ${api.lastUpdateMs.toFixed(0)} ms (the model, the rollout and the maps).`;
+  }
+
+  // ---------------------------------------------------------------- drawing
+
+  // A monotone scale, light (the map's smallest weight) to dark (its largest): it reads the same in greyscale.
+  function shade(value) {
+    const t = Math.max(0, Math.min(1, value));
+    const light = [247, 251, 255], dark = [8, 48, 107];
+    return `rgb(${light.map((l, i) => Math.round(l + t * (dark[i] - l))).join(',')})`;
+  }
+
+  function drawPatchMap(canvas, values, grid) {
+    const context = canvas.getContext('2d');
+    const cell = canvas.width / grid;
+    const low = Math.min(...values), range = (Math.max(...values) - low) || 1;
+    values.forEach((v, p) => {                               // one flat square per patch: nothing is smoothed
+      context.fillStyle = shade((v - low) / range);
+      context.fillRect((p % grid) * cell, Math.floor(p / grid) * cell, cell, cell);
+    });
+    state.occluded.forEach(p => {
+      context.strokeStyle = '#d00';
+      context.lineWidth = 2;
+      const x = (p % grid) * cell, y = Math.floor(p / grid) * cell;
+      context.beginPath(); context.moveTo(x + 2, y + 2); context.lineTo(x + cell - 2, y + cell - 2); context.stroke();
+    });
+    const strongest = values.indexOf(Math.max(...values));
+    canvas.setAttribute('aria-label', canvas.dataset.name + `: most weight (${(100 * values[strongest]).toFixed(0)}%) ` +
+        `on the patch in row ${Math.floor(strongest / grid) + 1}, column ${(strongest % grid) + 1}`);
+  }
+
+  function drawMaps(depth, heads, grid, tokens) {
+    for (let layer = 0; layer < depth; layer++)
+      for (let h = 0; h < heads; h++) {
+        const row = ((layer * heads + h) * tokens) * tokens;   // the class token's row
+        const values = Array.from(state.attention.slice(row + 1, row + tokens));
+        drawPatchMap($(`map-${layer}-${h}`), values, grid);
+      }
+    drawPatchMap($('rollout'), state.rollout, grid);
+  }
+
+  function drawImage() {
+    const {size, patch, grid} = state.data;
+    const canvas = $('image'), context = canvas.getContext('2d');
+    const scale = canvas.width / size;
+    for (let i = 0; i < size * size; i++) {
+      const v = state.pixels[i];
+      context.fillStyle = `rgb(${v},${v},${v})`;
+      context.fillRect((i % size) * scale, Math.floor(i / size) * scale, scale, scale);
+    }
+    const cell = patch * scale;
+    state.occluded.forEach(p => {                            // occluded patches: black, crossed out
+      const x = (p % grid) * cell, y = Math.floor(p / grid) * cell;
+      context.fillStyle = '#000';
+      context.fillRect(x, y, cell, cell);
+      context.strokeStyle = '#888';
+      context.beginPath(); context.moveTo(x, y); context.lineTo(x + cell, y + cell);
+      context.moveTo(x + cell, y); context.lineTo(x, y + cell); context.stroke();
+    });
+    const cx = (state.cursor % grid) * cell, cy = Math.floor(state.cursor / grid) * cell;
+    context.lineWidth = 3;
+    context.strokeStyle = '#fff';
+    context.strokeRect(cx + 1.5, cy + 1.5, cell - 3, cell - 3);
+    context.strokeStyle = '#e66100';
+    context.setLineDash([6, 4]);
+    context.strokeRect(cx + 1.5, cy + 1.5, cell - 3, cell - 3);
+    context.setLineDash([]);
+    context.lineWidth = 1;
+    const row = Math.floor(state.cursor / grid) + 1, column = (state.cursor % grid) + 1;
+    $('cursor').textContent = `Patch cursor: row ${row}, column ${column}` +
+        (state.occluded.has(state.cursor) ? ' (occluded).' : '.');
+  }
+
+  // ---------------------------------------------------------------- controls
+
+  function choose(index) {
+    state.pixels = Uint8ClampedArray.from(state.data.images[index]);
+    state.occluded.clear();
+    return update();
+  }
+
+  function toggle(cell) {
+    if (state.occluded.has(cell)) state.occluded.delete(cell); else state.occluded.add(cell);
+    return update();
+  }
+
+  function cellAt(event) {
+    const {grid} = state.data, box = $('image').getBoundingClientRect();
+    const column = Math.floor((event.clientX - box.left) / box.width * grid);
+    const row = Math.floor((event.clientY - box.top) / box.height * grid);
+    return Math.max(0, Math.min(grid - 1, row)) * grid + Math.max(0, Math.min(grid - 1, column));
+  }
+
+  function paint(event) {                                    // a round brush of about 2 pixels
+    const {size} = state.data, box = $('image').getBoundingClientRect();
+    const x = (event.clientX - box.left) / box.width * size, y = (event.clientY - box.top) / box.height * size;
+    for (let r = 0; r < size; r++)
+      for (let c = 0; c < size; c++) {
+        const distance = Math.hypot(c + 0.5 - x, r + 0.5 - y);
+        if (distance < 2) state.pixels[r * size + c] = Math.max(state.pixels[r * size + c], 255 * (1 - distance / 2.5));
+      }
+    drawImage();
+  }
+
+  function wire() {
+    const {grid} = state.data, canvas = $('image');
+    $('choice').addEventListener('change', event => choose(Number(event.target.value)));
+    $('clear').addEventListener('click', () => {
+      state.pixels = new Uint8ClampedArray(state.data.size * state.data.size);
+      state.occluded.clear();
+      $('draw').checked = true;
+      return update();
+    });
+    $('restore').addEventListener('click', () => { state.occluded.clear(); return update(); });
+    canvas.addEventListener('keydown', event => {
+      const moves = {ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0]};
+      if (event.key in moves) {
+        const [dr, dc] = moves[event.key];
+        const row = Math.floor(state.cursor / grid) + dr, column = (state.cursor % grid) + dc;
+        if (row >= 0 && row < grid && column >= 0 && column < grid) state.cursor = row * grid + column;
+        drawImage();
+        event.preventDefault();
+      } else if (event.key === ' ' || event.key === 'Enter') {
+        event.preventDefault();
+        toggle(state.cursor);
+      }
+    });
+    canvas.addEventListener('pointerdown', event => {
+      if ($('draw').checked) { state.drawing = true; canvas.setPointerCapture(event.pointerId); paint(event); }
+      else { state.cursor = cellAt(event); toggle(state.cursor); }
+    });
+    canvas.addEventListener('pointermove', event => { if (state.drawing) paint(event); });
+    const stop = () => { if (state.drawing) { state.drawing = false; update(); } };
+    canvas.addEventListener('pointerup', stop);
+    canvas.addEventListener('pointercancel', stop);
+  }
+
+  function fillChoices() {
+    const {images, labels, classes} = state.data;
+    $('choice').replaceChildren(...images.map((_, i) => {
+      const option = document.createElement('option');
+      option.value = String(i);
+      option.textContent = `test image ${i + 1}: ${classes[labels[i]]}`;
+      return option;
+    }));
+  }
+
+  function buildMapTable() {
+    const {depth, heads} = state.data;
+    const table = $('maps');
+    const head = table.createTHead().insertRow();
+    head.appendChild(document.createElement('td'));
+    for (let h = 0; h < heads; h++) {
+      const th = document.createElement('th');
+      th.scope = 'col';
+      th.textContent = `head ${h + 1}`;
+      head.appendChild(th);
+    }
+    const body = table.createTBody();
+    for (let layer = 0; layer < depth; layer++) {
+      const row = body.insertRow();
+      const th = document.createElement('th');
+      th.scope = 'row';
+      th.textContent = `block ${layer + 1}`;
+      row.appendChild(th);
+      for (let h = 0; h < heads; h++) {
+        const canvas = document.createElement('canvas');
+        canvas.width = canvas.height = 64;
+        canvas.id = `vit-explorer-map-${layer}-${h}`;
+        canvas.setAttribute('role', 'img');
+        canvas.dataset.name = `Block ${layer + 1}, head ${h + 1}`;
+        row.insertCell().appendChild(canvas);
+      }
+    }
+  }
+
+  async function start() {
+    if (typeof WebAssembly !== 'object') throw new Error('no WebAssembly');
+    const [data] = await Promise.all([
+      fetch(base + 'explorer.json').then(r => { if (!r.ok) throw new Error('explorer.json: ' + r.status); return r.json(); }),
+      loadScript(base + 'ort.wasm.min.js'),
+    ]);
+    ort.env.wasm.numThreads = 1;                              // no SharedArrayBuffer needed (Pages sends no COOP/COEP)
+    ort.env.wasm.wasmPaths = base;
+    state.data = data;
+    state.session = await ort.InferenceSession.create(base + 'vit.onnx', {executionProviders: ['wasm']});
+    fillChoices();
+    buildMapTable();
+    wire();
+    $('status').hidden = true;
+    $('panel').hidden = false;
+    await choose(0);
+  }
+
+  api.state = state;
+  api.toggle = toggle;
+  api.choose = choose;
+  api.ready = start().catch(fail);
+})();
