@@ -556,27 +556,18 @@ def _verifier(expected, cells, filled, tags=None):
 
     def changed() -> list:
         found = as_list()
-        if before is not None and as_list(mapped(read, readers)) == before and not closures_changed():
-            return found                # no namespace changed at all: nothing to compare entry by entry
-        for label, space, entries in expected:
-            get = space.get
-            for key, value in entries:
-                if get(key, missing) is not value:
-                    found.append(label + "." + key)
+        # a namespace whose version tag is as it was has not changed: its entries need no comparison
+        if before is None or as_list(mapped(read, readers)) != before:
+            for label, space, entries in expected:
+                get = space.get
+                for key, value in entries:
+                    if get(key, missing) is not value:
+                        found.append(label + "." + key)
         for function, values in cells:
-            if closure_differs(function, values):
+            now = [c.cell_contents for c in (function.__closure__ or ()) if filled(c)]
+            if length(now) != length(values) or any_differs(now, values):
                 found.append(function.__module__ + "." + function.__qualname__ + " (its closure)")
         return found
-
-    def closure_differs(function, values) -> bool:
-        now = [c.cell_contents for c in (function.__closure__ or ()) if filled(c)]
-        return length(now) != length(values) or any_differs(now, values)
-
-    def closures_changed() -> bool:
-        for function, values in cells:
-            if closure_differs(function, values):
-                return True
-        return False
 
     def any_differs(now, values) -> bool:
         for a, b in pairs(now, values):
