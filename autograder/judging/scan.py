@@ -56,25 +56,18 @@ _CACHED_CELL_CHARS = 20_000
 
 
 @functools.lru_cache(maxsize=2048)
-def _parse_cached(cell: str):
-    return _parse_fresh(cell)
-
-
-def _parse_fresh(cell: str):
-    """(tree, None) or (None, the error ``ast.parse`` raised)."""
+def _parse_cached(cell: str) -> ast.Module | None:
     try:
-        return ast.parse(cell), None
-    except (SyntaxError, ValueError, RecursionError) as error:
-        error.__traceback__ = None
-        return None, error
+        return ast.parse(cell)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
 
 
 def _parse(cell: str) -> ast.Module:
-    """``ast.parse(cell)``, shared between the scans (see above); raises what it raises."""
-    tree, error = _parse_cached(cell) if len(cell) <= _CACHED_CELL_CHARS else _parse_fresh(cell)
-    if error is not None:
-        raise error
-    return tree
+    """``ast.parse(cell)``, shared between the scans (see above); a cell that does not parse is parsed
+    again, so that it raises what ``ast.parse`` raises."""
+    tree = _parse_cached(cell) if len(cell) <= _CACHED_CELL_CHARS else None
+    return tree if tree is not None else ast.parse(cell)
 
 
 def _walk(node) -> tuple:
