@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Callable
 
 REFUSED = "is not allowed while your notebook is graded"
 PROGRAM_EVENTS = ("os.system", "os.exec", "os.posix_spawn", "os.spawn", "subprocess.Popen", "pty.spawn",
@@ -78,31 +79,43 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
     """Install the audit hook, the signal vault and the signing vault (see the module docstring),
     then make the grader's classes immutable. Once per process (a fork inherits it). ``key``: the
     run's secret for :func:`sign` (only the hook keeps it)."""
-    import _hashlib
     import _signal
-    import _thread
     import gc
     import marshal  # noqa: F401 - loaded now, so that importing it later is a second copy (refused)
     import signal as signal_module
-    import types
 
-    getframe = sys._getframe
-    root = getframe(2)        # the payload's frame (lockdown <- payload._lock <- payload)
-    get_ident = _thread.get_ident
-    main_thread = get_ident()
-    sign_code = sign.__code__
-    set_handler = _signal.signal        # the original: only the hook holds it from now on
-    hmac_digest = _hashlib.hmac_digest
-    here = os.path.abspath(__file__)
-    signal_py = os.path.abspath(signal_module.__file__)
-    busy: set = set()
-    str_type, bytes_type, list_type, int_type = str, bytes, list, int
-    function_type, denied, exact_type = types.FunctionType, PermissionError, type
-    is_instance, any_of, length = isinstance, any, len
-    secret = bytes(key)
-    traversals = ("/../", "/./")
-    # Inside the hook only C functions and methods of built-in types run (captured above): a
-    # Python function the student could have replaced would run with the hook's frame below it.
+    root = sys._getframe(2)        # the payload's frame (lockdown <- payload._lock <- payload)
+    sys.addaudithook(_audit_hook(trusted, bytes(key), root))
+    _vault_signal(signal_module, _signal)
+    gc.set_debug = _refuser("gc.set_debug (DEBUG_SAVEALL keeps every collected object)")
+    if not _still_prepared():       # else prepare() froze them, and no module or class was added since
+        _PREPARED.clear()
+        _freeze_classes()
+    _disarm_ctypes()
+
+
+# The hook is built by the factories below, each returning closures over what it captured when
+# lockdown ran. Inside the hook only those closures and C functions and methods of built-in types
+# run: a Python function the student could have replaced would run with the hook's frame below it,
+# and a builtin the student rebinds (``builtins.str = ...``) is not the one captured here.
+
+def _refusal():
+    """The function that raises the hook's PermissionError, with the reason."""
+    denied, suffix = PermissionError, " " + REFUSED + " (the grading sandbox refuses it)"
+
+    def refuse(what: str):
+        raise denied(what + suffix)
+    return refuse
+
+
+def _frame_tests(trusted: tuple[str, ...], root):
+    """Who is asking: ``(is_student, caller, student_direct, student_on_stack, compiled_from_library)``,
+    closures that read frames from ``sys._getframe`` up to ``root`` (the payload's frame)."""
+    import signal as signal_module
+
+    getframe, str_type, exact_type, any_of = sys._getframe, str, type, any
+    skipped = (os.path.abspath(__file__), os.path.abspath(signal_module.__file__))
+    traversals, kept = ("/../", "/./"), ("<cell", "<frozen ")
 
     def is_student(filename) -> bool:
         if exact_type(filename) is not str_type:
@@ -111,21 +124,21 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
             return False
         return not filename.startswith(trusted) or any_of([t in filename for t in traversals])
 
+    def generated(frame) -> bool:
+        """Code a library generated with exec under a name like "<string>" (the student's cells are
+        "<cell N>"): the frame below it decides."""
+        name = frame.f_code.co_filename
+        return name.startswith("<") and not name.startswith(kept)
+
     def caller(depth: int):
-        """The frame of the code that raised the event (skipping this module and signal.py, and code a
-        library generated with exec under a name like "<string>": the frame below it decides; the
-        student's cells are "<cell N>")."""
+        """The frame of the code that raised the event, skipping this module, signal.py and generated code."""
         frame = getframe(depth)
-        while frame is not None and (frame.f_code.co_filename in (here, signal_py)
-                                     or (frame.f_code.co_filename.startswith("<")
-                                         and not frame.f_code.co_filename.startswith(("<cell", "<frozen ")))):
+        while frame is not None and (frame.f_code.co_filename in skipped or generated(frame)):
             frame = frame.f_back
         return frame
 
-    def hands_out_frames(frame) -> bool:
-        """Library functions that give frames to whoever calls them."""
-        code = frame.f_code
-        name = code.co_filename
+    def hands_out_frames(frame) -> bool:      # library functions that give frames to whoever calls them
+        code, name = frame.f_code, frame.f_code.co_filename
         return name.endswith("/inspect.py") or (name.endswith("/traceback.py")
                                                 and code.co_name in ("walk_stack", "walk_tb"))
 
@@ -133,31 +146,125 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
         """Whether the code asking is the student's (for inspect.currentframe & co., whoever called them)."""
         while frame is not None and hands_out_frames(frame):
             frame = frame.f_back
-            while frame is not None and frame.f_code.co_filename.startswith("<") \
-                    and not frame.f_code.co_filename.startswith(("<cell", "<frozen ")):
+            while frame is not None and generated(frame):
                 frame = frame.f_back
         return frame is None or is_student(frame.f_code.co_filename)
 
     def student_on_stack(frame) -> bool:
-        """Whether the event comes from the student's code: a frame of it between the event and the
-        payload, or no payload below at all (a thread the notebook started: its bottom is threading's
-        bootstrap or the student's function)."""
+        """Whether a frame of the student's code is between the event and the payload, or no payload is
+        below at all (a thread the notebook started)."""
         while frame is not None and frame is not root:
             if is_student(frame.f_code.co_filename):
                 return True
             frame = frame.f_back
         return frame is None
 
-    def refuse(what: str):
-        raise denied(what + " " + REFUSED + " (the grading sandbox refuses it)")
-
     def compiled_from_library(frame) -> bool:
         """marshal.loads called by importlib for a .pyc of the runtime or the environment."""
         if frame is None or frame.f_code.co_name != "_compile_bytecode":
             return False
         names = frame.f_locals
-        path = names.get("bytecode_path") or names.get("source_path")
-        return not is_student(path)
+        return not is_student(names.get("bytecode_path") or names.get("source_path"))
+
+    return is_student, caller, student_direct, student_on_stack, compiled_from_library
+
+
+def _vault_handlers(tests, secret: bytes, refuse) -> dict:
+    """The hook's answers to the two vault events: installing a signal handler, signing a result."""
+    import _hashlib
+    import _signal
+    import _thread
+
+    _, _, student_direct, student_on_stack, _ = tests
+    getframe, main_thread, sign_code = sys._getframe, _thread.get_ident(), sign.__code__
+    set_handler = _signal.signal        # the original: only the hook holds it from now on
+    hmac_digest, bytes_type, list_type, int_type = _hashlib.hmac_digest, bytes, list, int
+    exact_type, is_instance = type, isinstance
+
+    def on_signal(event, frame, args, ident):
+        if student_direct(frame):
+            refuse("installing a signal handler")
+        handler = args[1]
+        set_handler(args[0], int_type(handler) if is_instance(handler, int_type) else handler)
+
+    def on_sign(event, frame, args, ident):
+        # only for the probe's own result: asked by guard.sign, on the payload's thread, with the
+        # payload's frame below and no frame of the student's code in between
+        asker = getframe(2)        # (0 is this function, 1 the hook; 2 called sys.audit)
+        if ident != main_thread or asker.f_code is not sign_code or student_on_stack(frame) \
+                or exact_type(args[0]) is not bytes_type or exact_type(args[1]) is not list_type:
+            refuse("signing a result")
+        args[1].append(hmac_digest(secret, args[0], "sha256").hex())
+
+    return {SIGNAL_EVENT: on_signal, SIGN_EVENT: on_sign}
+
+
+def _reach_handlers(tests, refuse) -> tuple[dict, Callable]:
+    """The hook's answers to the events that reach frames, objects, code or other programs' files, and
+    the answer to every ``ctypes.*`` event."""
+    import types
+
+    is_student, _, student_direct, student_on_stack, compiled_from_library = tests
+    str_type, bytes_type, function_type, exact_type, length = str, bytes, types.FunctionType, type, len
+
+    def on_memory(event, frame, args, ident):          # ctypes.*, gc's object lists, sys._current_frames
+        if student_on_stack(frame):
+            refuse(event)
+
+    def on_frames(event, frame, args, ident):
+        if student_direct(frame):
+            refuse(("reading " + args[1] if event == "object.__getattr__" else event)
+                   + " (a way to the checker's frames)")
+
+    def on_code(event, frame, args, ident):
+        if student_direct(frame):
+            refuse("making a code object")
+
+    def on_compile(event, frame, args, ident):
+        name = args[1] if length(args) > 1 else None
+        if exact_type(name) is bytes_type:
+            name = name.decode("utf-8", "replace")
+        if exact_type(name) is str_type and not is_student(name) and student_direct(frame):
+            refuse("compiling code under a library's file name")
+
+    def on_marshal(event, frame, args, ident):
+        if not compiled_from_library(frame) and student_direct(frame):
+            refuse("marshal")
+
+    def on_chdir(event, frame, args, ident):
+        path = args[0]
+        if exact_type(path) is bytes_type:
+            path = path.decode("utf-8", "replace")
+        if exact_type(path) is not str_type or path.startswith("/proc") or path.startswith("/sys"):
+            refuse("changing the working folder there")
+
+    def on_import(event, frame, args, ident):
+        if args[0] in NO_IMPORT:
+            refuse("importing " + str_type(args[0]) + " again")
+
+    def on_setattr(event, frame, args, ident):
+        function = args[0]
+        if exact_type(function) is function_type and not is_student(function.__code__.co_filename):
+            refuse("changing " + args[1] + " of a library function")
+
+    return {**dict.fromkeys((*GC_EVENTS, "sys._current_frames"), on_memory),
+            **dict.fromkeys(("sys._getframe", "object.__getattr__", "sys.settrace", "sys.setprofile"), on_frames),
+            "code.__new__": on_code, "compile": on_compile, "marshal.loads": on_marshal,
+            "marshal.load": on_marshal, "os.chdir": on_chdir, "import": on_import,
+            "object.__setattr__": on_setattr}, on_memory
+
+
+def _audit_hook(trusted: tuple[str, ...], secret: bytes, root):
+    """The audit hook (see the module docstring): a first test that settles nearly every event, then
+    the answer of :func:`_vault_handlers` or :func:`_reach_handlers` for the event."""
+    import _thread
+
+    refuse = _refusal()
+    tests = _frame_tests(trusted, root)
+    caller = tests[1]
+    handlers, on_ctypes = _reach_handlers(tests, refuse)
+    handlers.update(_vault_handlers(tests, secret, refuse))
+    get_ident, busy = _thread.get_ident, set()
 
     def hook(event, args) -> None:
         # the first test settles nearly every event (builtins.id, exec, open...): the hook runs for all
@@ -173,62 +280,13 @@ def lockdown(trusted: tuple[str, ...], key: bytes = b"") -> None:
             return
         busy.add(ident)
         try:
-            frame = caller(2)
-            if event == SIGNAL_EVENT:
-                if student_direct(frame):
-                    refuse("installing a signal handler")
-                handler = args[1]
-                set_handler(args[0], int_type(handler) if is_instance(handler, int_type) else handler)
-            elif event == SIGN_EVENT:
-                # only for the probe's own result: asked by guard.sign, on the payload's thread, with the
-                # payload's frame below and no frame of the student's code in between
-                asker = getframe(1)        # (0 is this hook; 1 called sys.audit)
-                if ident != main_thread or asker.f_code is not sign_code or student_on_stack(frame) \
-                        or exact_type(args[0]) is not bytes_type or exact_type(args[1]) is not list_type:
-                    refuse("signing a result")
-                args[1].append(hmac_digest(secret, args[0], "sha256").hex())
-            elif event.startswith("ctypes.") or event in GC_EVENTS or event == "sys._current_frames":
-                if student_on_stack(frame):
-                    refuse(event)
-            elif event in ("sys._getframe", "object.__getattr__", "sys.settrace", "sys.setprofile"):
-                if student_direct(frame):
-                    refuse(("reading " + args[1] if event == "object.__getattr__" else event)
-                           + " (a way to the checker's frames)")
-            elif event == "code.__new__":
-                if student_direct(frame):
-                    refuse("making a code object")
-            elif event == "compile":
-                name = args[1] if length(args) > 1 else None
-                if exact_type(name) is bytes_type:
-                    name = name.decode("utf-8", "replace")
-                if exact_type(name) is str_type and not is_student(name) and student_direct(frame):
-                    refuse("compiling code under a library's file name")
-            elif event in ("marshal.loads", "marshal.load"):
-                if not compiled_from_library(frame) and student_direct(frame):
-                    refuse("marshal")
-            elif event == "os.chdir":
-                path = args[0]
-                if exact_type(path) is bytes_type:
-                    path = path.decode("utf-8", "replace")
-                if exact_type(path) is not str_type or path.startswith("/proc") or path.startswith("/sys"):
-                    refuse("changing the working folder there")
-            elif event == "import":
-                if args[0] in NO_IMPORT:
-                    refuse("importing " + str_type(args[0]) + " again")
-            elif event == "object.__setattr__":
-                function = args[0]
-                if exact_type(function) is function_type and not is_student(function.__code__.co_filename):
-                    refuse("changing " + args[1] + " of a library function")
+            answer = on_ctypes if event.startswith("ctypes.") else handlers.get(event)
+            if answer is not None:
+                answer(event, caller(2), args, ident)
         finally:
             busy.discard(ident)
 
-    sys.addaudithook(hook)
-    _vault_signal(signal_module, _signal)
-    gc.set_debug = _refuser("gc.set_debug (DEBUG_SAVEALL keeps every collected object)")
-    if not _still_prepared():       # else prepare() froze them, and no module or class was added since
-        _PREPARED.clear()
-        _freeze_classes()
-    _disarm_ctypes()
+    return hook
 
 
 def sign(data: bytes) -> str:
