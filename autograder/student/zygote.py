@@ -43,8 +43,10 @@ import os
 import resource
 import select
 import signal
+import shutil
 import struct
 import sys
+import tempfile
 import time
 import traceback
 
@@ -290,49 +292,14 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
     os.dup2(devnull, 0)
     os.dup2(output_w, 1)
     os.dup2(output_w, 2)
-    os.makedirs(workdir, mode=0o700)
-    name = os.path.basename(req.get("name") or "submission.ipynb")
-    path = os.path.join(workdir, name)
-    with open(path, "wb") as fh:
-        fh.write(notebook[:int(req.get("notebook_size", len(notebook)))])
-    inputs = notebook[int(req.get("notebook_size", len(notebook))):]
-    if inputs:
-        # the arrays the grader drew for this run (read, then deleted, by the payload)
-        name = os.path.basename(str((req.get("options") or {}).get("inputs_file", ".autograder-inputs.bin")))
-        with open(os.path.join(workdir, name), "wb") as fh:
-            fh.write(inputs)
-        if root:
-            os.chown(os.path.join(workdir, name), uid, uid)
-    if root:
-        os.chown(path, uid, uid)
-        os.chown(workdir, uid, uid)
+    path = _write_workdir(req, notebook, workdir, uid if root else None)
     try:   # if memory runs out, the kernel's OOM killer takes the student's processes first
         with open("/proc/self/oom_score_adj", "w") as fh:
             fh.write("1000")
     except OSError:
         pass
-    data_hi = fcntl.fcntl(data_r, fcntl.F_DUPFD, 100) if data_r is not None else None
-    ack_hi = fcntl.fcntl(ack_r, fcntl.F_DUPFD, 100) if ack_r is not None else None
-    result_fd = os.dup2(result_w, 3, inheritable=False)
-    if data_hi is not None:
-        os.dup2(data_hi, 4, inheritable=False)          # the training data, when the probe asks (Feed)
-    if ack_hi is not None:
-        os.dup2(ack_hi, REAP_FD, inheritable=False)     # "your strays are gone" from init (_reaper)
-    kept = {3} | ({4} if data_hi is not None else set()) | ({REAP_FD} if ack_hi is not None else set())
-    for fd in range(4, REAP_FD + 1):
-        if fd not in kept:
-            os.closerange(fd, fd + 1)
-    os.closerange(REAP_FD + 1, 1 << 16)
-    os.setsid()             # its own session and process group: kill(0, ...) reaches only itself
-    _limits(req)
-    _pin(req.get("cpu"))
-    if root:
-        _drop_privileges(uid)
-    else:
-        _prctl(PR_SET_NO_NEW_PRIVS, 1)
-        _prctl(PR_SET_DUMPABLE, 0)    # (not root: /proc/self/mem then belongs to root, closed to this uid)
-    if not _deny_keyrings():
-        os.write(2, b"note: the kernel keyrings and execve stay reachable on this architecture\n")
+    result_fd, has_data, has_ack = _arrange_fds(result_w, data_r, ack_r)
+    _confine(req, uid if root else None)
     os.chdir(workdir)
     os.environ.clear()
     os.environ.update(HOME=workdir, TMPDIR=workdir, PATH="/usr/bin:/bin", LANG="C.UTF-8",
@@ -347,9 +314,9 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
             view = view[os.write(result_fd, view):]
 
     options = dict(req.get("options") or {})
-    if data_hi is not None:
+    if has_data:
         options["data_fd"] = 4
-    if ack_hi is not None:
+    if has_ack:
         options["reap_fd"] = REAP_FD
     payload_fn(path, list(req["qids"]), emit, options)
     try:
@@ -358,6 +325,61 @@ def _student(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: in
     except Exception:  # noqa: BLE001 - the student may have replaced them
         pass
     os._exit(0)
+
+
+def _write_workdir(req: dict, notebook: bytes, workdir: str, owner: int | None) -> str:
+    """The student's folder with the notebook and the run's inputs in it (owned by ``owner`` when
+    running as root); returns the notebook's path."""
+    os.makedirs(workdir, mode=0o700)
+    path = os.path.join(workdir, os.path.basename(req.get("name") or "submission.ipynb"))
+    notebook_size = int(req.get("notebook_size", len(notebook)))
+    with open(path, "wb") as fh:
+        fh.write(notebook[:notebook_size])
+    written = [path, workdir]
+    inputs = notebook[notebook_size:]
+    if inputs:
+        # the arrays the grader drew for this run (read, then deleted, by the payload)
+        name = os.path.basename(str((req.get("options") or {}).get("inputs_file", ".autograder-inputs.bin")))
+        with open(os.path.join(workdir, name), "wb") as fh:
+            fh.write(inputs)
+        written.insert(0, os.path.join(workdir, name))
+    if owner is not None:
+        for item in written:
+            os.chown(item, owner, owner)
+    return path
+
+
+def _arrange_fds(result_w: int, data_r: int | None, ack_r: int | None) -> tuple[int, bool, bool]:
+    """Descriptors 3 (results), 4 (the training data) and REAP_FD (init's "your strays are gone"), the
+    rest closed; returns ``(result_fd, has_data, has_ack)``."""
+    data_hi = fcntl.fcntl(data_r, fcntl.F_DUPFD, 100) if data_r is not None else None
+    ack_hi = fcntl.fcntl(ack_r, fcntl.F_DUPFD, 100) if ack_r is not None else None
+    result_fd = os.dup2(result_w, 3, inheritable=False)
+    if data_hi is not None:
+        os.dup2(data_hi, 4, inheritable=False)          # the training data, when the probe asks (Feed)
+    if ack_hi is not None:
+        os.dup2(ack_hi, REAP_FD, inheritable=False)     # "your strays are gone" from init (_reaper)
+    kept = {3} | ({4} if data_hi is not None else set()) | ({REAP_FD} if ack_hi is not None else set())
+    for fd in range(4, REAP_FD + 1):
+        if fd not in kept:
+            os.closerange(fd, fd + 1)
+    os.closerange(REAP_FD + 1, 1 << 16)
+    return result_fd, data_hi is not None, ack_hi is not None
+
+
+def _confine(req: dict, uid: int | None) -> None:
+    """Its own session, the run's limits and CPU, then no privileges (as ``uid`` when root) and no
+    way to rewrite itself."""
+    os.setsid()             # its own session and process group: kill(0, ...) reaches only itself
+    _limits(req)
+    _pin(req.get("cpu"))
+    if uid is not None:
+        _drop_privileges(uid)
+    else:
+        _prctl(PR_SET_NO_NEW_PRIVS, 1)
+        _prctl(PR_SET_DUMPABLE, 0)    # (not root: /proc/self/mem then belongs to root, closed to this uid)
+    if not _deny_keyrings():
+        os.write(2, b"note: the kernel keyrings and execve stay reachable on this architecture\n")
 
 
 def _mask(path: str) -> None:
@@ -515,26 +537,7 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
     private mounts, then fork the student process and wait for it."""
     isolated = req.get("mode") != "limits"
     _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if isolated:
-        _mount(None, "/", None, MS_REC | MS_PRIVATE)
-        if req.get("mode") == "namespaces":
-            _reexpose(req.get("reexpose", []))
-            for path in req.get("hide", ()):
-                _mask(path)
-            _remount_readonly()
-        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
-        size = f"size={int(req['tmpfs_mb'])}m"
-        _fresh_tmp(size)
-        if os.path.isdir("/dev/shm"):
-            _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                   f"{size},mode=1777")
-        workdir = "/tmp/work"
-    else:
-        import tempfile
-        _prctl(PR_SET_CHILD_SUBREAPER, 1)
-        parent = tempfile.mkdtemp(prefix="autograder-run-")
-        os.chmod(parent, 0o711)          # the student's uid must be able to reach its working folder
-        workdir = os.path.join(parent, "work")
+    workdir = _private_mounts(req) if isolated else _reaper_workdir()
     ack_r, ack_w = ack if ack is not None else (None, None)
     pid = os.fork()
     if pid == 0:
@@ -568,10 +571,35 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
         msg = f"exit {os.WEXITSTATUS(status)}"
     _kill_strays(pid)           # mode 'limits': nothing of the run outlives it (a namespace's pid 1 leaving does this)
     if not isolated:
-        import shutil
         shutil.rmtree(os.path.dirname(workdir), ignore_errors=True)
     os.write(status_w, msg.encode())
     os._exit(0)   # pid 1 leaving kills every process left in the namespace
+
+
+def _private_mounts(req: dict) -> str:
+    """The namespace's own mounts: host paths hidden and read-only (mode 'namespaces'), a fresh /proc,
+    /tmp and /dev/shm; returns the student's working folder."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    if req.get("mode") == "namespaces":
+        _reexpose(req.get("reexpose", []))
+        for path in req.get("hide", ()):
+            _mask(path)
+        _remount_readonly()
+    _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    size = f"size={int(req['tmpfs_mb'])}m"
+    _fresh_tmp(size)
+    if os.path.isdir("/dev/shm"):
+        _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, f"{size},mode=1777")
+    return "/tmp/work"
+
+
+def _reaper_workdir() -> str:
+    """Mode 'limits': this process reaps the run's orphans; the working folder is a fresh one under
+    the host's temporary folder."""
+    _prctl(PR_SET_CHILD_SUBREAPER, 1)
+    parent = tempfile.mkdtemp(prefix="autograder-run-")
+    os.chmod(parent, 0o711)          # the student's uid must be able to reach its working folder
+    return os.path.join(parent, "work")
 
 
 def _last_event(data: bytearray, pos: int) -> tuple[int, str | None]:
