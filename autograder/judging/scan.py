@@ -26,6 +26,7 @@ import textwrap
 import tokenize
 import types
 from dataclasses import dataclass
+from typing import Iterator
 
 from ..questions.forbidden import FORBIDDEN, expand
 
@@ -435,16 +436,9 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
             if name not in scope:
                 continue
             value = scope[name]
-            if _is_vitref(value):
-                what = (f"the module {value.__name__}" if isinstance(value, types.ModuleType)
-                        else f"{getattr(value, '__module__', 'vitref')}.{getattr(value, '__qualname__', name)}")
-                hits.append(Hit("vitref", f"the name {name} in {func.__qualname__} is {what}"))
-            elif _is_checker(value):
-                hits.append(Hit("autograder", f"the name {name} in {func.__qualname__}"))
-            elif id(value) in forbidden or id(getattr(value, "__func__", value)) in forbidden:
-                key = forbidden.get(id(value), forbidden.get(id(getattr(value, "__func__", value))))
-                module, qualname = getattr(value, '__module__', None) or 'torch', getattr(value, '__name__', name)
-                hits.append(Hit(key, f"the name {name} in {func.__qualname__} is {module}.{qualname}"))
+            hit = _name_hit(name, value, func.__qualname__, forbidden)
+            if hit is not None:
+                hits.append(hit)
             elif level < depth:
                 module = getattr(value, "__module__", "") or ""
                 if isinstance(module, str) and module.split(".")[0] in ("torch", "numpy", "einops", "builtins"):
@@ -458,6 +452,21 @@ def scan_object(answer, answer_name: str, keys=(), depth: int = 3) -> list[Hit]:
     for func in _functions_of(answer):
         visit(func, 0)
     return _dedupe(hits)
+
+
+def _name_hit(name: str, value, where: str, forbidden: dict) -> Hit | None:
+    """What a name a function uses is, when it is vitref, the checker or a forbidden library function."""
+    if _is_vitref(value):
+        what = (f"the module {value.__name__}" if isinstance(value, types.ModuleType)
+                else f"{getattr(value, '__module__', 'vitref')}.{getattr(value, '__qualname__', name)}")
+        return Hit("vitref", f"the name {name} in {where} is {what}")
+    if _is_checker(value):
+        return Hit("autograder", f"the name {name} in {where}")
+    key = forbidden.get(id(value), forbidden.get(id(getattr(value, "__func__", value))))
+    if key is not None:
+        module, qualname = getattr(value, '__module__', None) or 'torch', getattr(value, '__name__', name)
+        return Hit(key, f"the name {name} in {where} is {module}.{qualname}")
+    return None
 
 
 # --------------------------------------------------------------------------- flags (held for review)
@@ -788,102 +797,124 @@ def flags(cells: list[str]) -> list[Flag]:
     own = _bound_by_notebook(trees) - set(aliases.paths)
     found: list[Flag] = []
     seen: set = set()
-
     for index, tree, lines in parsed:
-        def note(kind: str | None, node) -> None:
-            if not kind:
-                return
-            line = getattr(node, "lineno", 0)
-            if (kind, index, line) in seen:
-                return
-            seen.add((kind, index, line))
-            text = lines[line - 1].strip()[:100] if 0 < line <= len(lines) else ""
-            found.append(Flag(kind, index + 1, line, text))
-
         # "name in sys.modules" only asks whether a module is loaded (the set-up cell does it)
         membership = {id(c) for n in _walk(tree) if isinstance(n, ast.Compare)
                       and all(isinstance(op, (ast.In, ast.NotIn)) for op in n.ops) for c in n.comparators}
         for node in _walk(tree):
             if id(node) in membership:
                 continue
-            if isinstance(node, ast.Import):
-                for alias in node.names:
-                    note(_path_kind(alias.name.split(".")), node)
-            elif isinstance(node, ast.ImportFrom):
-                module = (node.module or "").split(".")
-                if node.level:
-                    continue
-                note(_path_kind(module), node)
-                for alias in node.names:
-                    note(_path_kind(module + [alias.name]), node)
-                    if alias.name == "*" and module[0] in _STAR_MEMBER:
-                        note(_path_kind(module + [_STAR_MEMBER[module[0]]]), node)
-                    if alias.name in ("__import__",) or (module == ["builtins"] and alias.name in _BUILTIN_EXEC):
-                        note("exec" if alias.name in _BUILTIN_EXEC else "importlib", node)
-            elif isinstance(node, ast.Attribute):
-                path = aliases.resolve(node)
-                if path:
-                    note(_path_kind(path), node)
-                if node.attr in ("__dict__", "__builtins__") and aliases.is_module(node.value):
-                    note("module-dict", node)
-                if node.attr == "__getattribute__":
-                    note("module-dict", node)
-                if path and path[0] == "autograder" and isinstance(node.ctx, (ast.Store, ast.Del)):
-                    note("autograder", node)
-                if node.attr in _FRAME_ATTRS or node.attr.startswith("_dispatch_") or node.attr in (
-                        "__torch_dispatch__", "__torch_function__"):
-                    note("frames" if node.attr in _FRAME_ATTRS else "dispatcher", node)
-            elif isinstance(node, ast.Name):
-                if node.id in own:
-                    continue
-                if node.id in _BUILTIN_EXEC:
-                    note("exec", node)
-                elif node.id == "__import__":
-                    note("importlib", node)
-                elif node.id == "__builtins__":
-                    note("module-dict", node)
-                elif node.id in aliases.paths and isinstance(node.ctx, ast.Load):
-                    note(_path_kind(aliases.paths[node.id]), node)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in (
-                    "__torch_dispatch__", "__torch_function__"):
-                note("dispatcher", node)
-            if isinstance(node, (ast.Assign, ast.AugAssign)):          # sys.path = [...], sys.path += [...]
-                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-                for assigned in targets:
-                    written = assigned.value if isinstance(assigned, ast.Subscript) else assigned
-                    if aliases.resolve(written) == ["sys", "path"]:
-                        note("importlib", node)
-            if isinstance(node, ast.Call):
-                func = aliases.resolve(node.func) or []
-                name = node.func.id if isinstance(node.func, ast.Name) else None
-                if func[:2] == ["sys", "path"] and len(func) == 3 and func[2] in _PATH_CHANGES:
-                    note("importlib", node)                  # sys.path.insert(0, "."): import a file it wrote
-                elif func == ["site", "addsitedir"]:
-                    note("importlib", node)
-                # hasattr returns a bool: whatever it looks up, nothing is reached through it
-                if name in ("getattr", "setattr", "delattr") and name not in own and len(node.args) >= 2:
-                    obj, attr = node.args[0], _string_value(node.args[1])
-                    if aliases.is_module(obj) or aliases.resolve(obj) == ["builtins"]:
-                        path = aliases.resolve(obj) or []
-                        if attr is None:
-                            if path and path[0] in _ROUTE_MODULES:
-                                note("getattr", node)
-                        else:
-                            target = path + [attr]
-                            note(_path_kind(target), node)
-                            if attr in _ALL_FORBIDDEN_ATTRS:
-                                note("getattr-forbidden", node)
-                            if name in ("setattr", "delattr") and target[0] == "autograder":
-                                note("autograder", node)
-                elif name == "vars" and name not in own and node.args and aliases.is_module(node.args[0]):
-                    note("module-dict", node)
-                elif func in (["operator", "attrgetter"], ["operator", "methodcaller"]):
-                    texts = [_string_value(a) for a in node.args]
-                    if any(t is None for t in texts) or any(
-                            part in _ALL_FORBIDDEN_ATTRS for t in texts for part in (t or "").split(".")):
-                        note("getattr", node)
+            line = getattr(node, "lineno", 0)
+            for kind in _node_kinds(node, aliases, own):
+                if kind and (kind, index, line) not in seen:
+                    seen.add((kind, index, line))
+                    text = lines[line - 1].strip()[:100] if 0 < line <= len(lines) else ""
+                    found.append(Flag(kind, index + 1, line, text))
     _embedded_data(cells, parsed, found)
     return found
+
+
+def _node_kinds(node, aliases: _Aliases, own: set) -> Iterator[str | None]:
+    """The flag kinds one node of the tree raises (None: none), in the order they are reported."""
+    if isinstance(node, ast.Import):
+        for alias in node.names:
+            yield _path_kind(alias.name.split("."))
+    elif isinstance(node, ast.ImportFrom):
+        yield from _import_from_kinds(node)
+    elif isinstance(node, ast.Attribute):
+        yield from _attribute_kinds(node, aliases)
+    elif isinstance(node, ast.Name):
+        yield _name_kind(node, aliases, own)
+    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in (
+            "__torch_dispatch__", "__torch_function__"):
+        yield "dispatcher"
+    if isinstance(node, (ast.Assign, ast.AugAssign)):          # sys.path = [...], sys.path += [...]
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for assigned in targets:
+            written = assigned.value if isinstance(assigned, ast.Subscript) else assigned
+            if aliases.resolve(written) == ["sys", "path"]:
+                yield "importlib"
+    if isinstance(node, ast.Call):
+        yield from _call_kinds(node, aliases, own)
+
+
+def _import_from_kinds(node: ast.ImportFrom) -> Iterator[str | None]:
+    module = (node.module or "").split(".")
+    if node.level:
+        return
+    yield _path_kind(module)
+    for alias in node.names:
+        yield _path_kind(module + [alias.name])
+        if alias.name == "*" and module[0] in _STAR_MEMBER:
+            yield _path_kind(module + [_STAR_MEMBER[module[0]]])
+        if alias.name in ("__import__",) or (module == ["builtins"] and alias.name in _BUILTIN_EXEC):
+            yield "exec" if alias.name in _BUILTIN_EXEC else "importlib"
+
+
+def _attribute_kinds(node: ast.Attribute, aliases: _Aliases) -> Iterator[str | None]:
+    path = aliases.resolve(node)
+    if path:
+        yield _path_kind(path)
+    if node.attr in ("__dict__", "__builtins__") and aliases.is_module(node.value):
+        yield "module-dict"
+    if node.attr == "__getattribute__":
+        yield "module-dict"
+    if path and path[0] == "autograder" and isinstance(node.ctx, (ast.Store, ast.Del)):
+        yield "autograder"
+    if node.attr in _FRAME_ATTRS or node.attr.startswith("_dispatch_") or node.attr in (
+            "__torch_dispatch__", "__torch_function__"):
+        yield "frames" if node.attr in _FRAME_ATTRS else "dispatcher"
+
+
+def _name_kind(node: ast.Name, aliases: _Aliases, own: set) -> str | None:
+    if node.id in own:
+        return None
+    if node.id in _BUILTIN_EXEC:
+        return "exec"
+    if node.id == "__import__":
+        return "importlib"
+    if node.id == "__builtins__":
+        return "module-dict"
+    if node.id in aliases.paths and isinstance(node.ctx, ast.Load):
+        return _path_kind(aliases.paths[node.id])
+    return None
+
+
+def _call_kinds(node: ast.Call, aliases: _Aliases, own: set) -> Iterator[str | None]:
+    func = aliases.resolve(node.func) or []
+    name = node.func.id if isinstance(node.func, ast.Name) else None
+    if func[:2] == ["sys", "path"] and len(func) == 3 and func[2] in _PATH_CHANGES:
+        yield "importlib"                  # sys.path.insert(0, "."): import a file it wrote
+    elif func == ["site", "addsitedir"]:
+        yield "importlib"
+    # hasattr returns a bool: whatever it looks up, nothing is reached through it
+    if name in ("getattr", "setattr", "delattr") and name not in own and len(node.args) >= 2:
+        yield from _getattr_kinds(name, node, aliases)
+    elif name == "vars" and name not in own and node.args and aliases.is_module(node.args[0]):
+        yield "module-dict"
+    elif func in (["operator", "attrgetter"], ["operator", "methodcaller"]):
+        texts = [_string_value(a) for a in node.args]
+        if any(t is None for t in texts) or any(
+                part in _ALL_FORBIDDEN_ATTRS for t in texts for part in (t or "").split(".")):
+            yield "getattr"
+
+
+def _getattr_kinds(name: str, node: ast.Call, aliases: _Aliases) -> Iterator[str | None]:
+    """``getattr``/``setattr``/``delattr`` on a module or ``builtins``."""
+    obj, attr = node.args[0], _string_value(node.args[1])
+    if not (aliases.is_module(obj) or aliases.resolve(obj) == ["builtins"]):
+        return
+    path = aliases.resolve(obj) or []
+    if attr is None:
+        if path and path[0] in _ROUTE_MODULES:
+            yield "getattr"
+        return
+    target = path + [attr]
+    yield _path_kind(target)
+    if attr in _ALL_FORBIDDEN_ATTRS:
+        yield "getattr-forbidden"
+    if name in ("setattr", "delattr") and target[0] == "autograder":
+        yield "autograder"
 
 
 def _embedded_data(cells: list[str], parsed, found: list) -> None:
