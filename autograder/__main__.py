@@ -21,13 +21,16 @@ import argparse
 import json
 import sys
 
+import autograder
+
+from .batch import export
+from .hosts.child_process import check_file, format_table
+from .hosts.identify import identify
+from .judging.catalogue import entry
+from .student.cells import SubmissionError
+
 
 def _check(args) -> int:
-    import autograder
-    from .hosts.child_process import check_file, format_table
-    from .hosts.identify import identify
-    from .student.cells import SubmissionError
-
     try:
         for qid in args.question or ():
             autograder.question(qid)
@@ -71,9 +74,6 @@ def written_note(path) -> str:
 
 
 def _questions(args) -> int:
-    import autograder
-    from .judging.catalogue import entry
-
     try:
         found = autograder.questions(args.chapter)
     except ValueError as error:
@@ -93,13 +93,13 @@ def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "grade":
         try:
-            from .batch.cli import main as grade_main  # batch grading (autograder/batch/)
+            # inner import: batch grading needs the sandbox's tools; without them `check` still works
+            from .batch.cli import main as grade_main
         except ImportError as error:
             print(f"error: batch grading is not available ({error})", file=sys.stderr)
             return 2
         return grade_main(argv[1:])
     if argv and argv[0] in ("export", "report"):
-        from .batch import export  # the class's CSVs and report after grading (autograder/batch/)
         return (export.main if argv[0] == "export" else export.report_main)(argv[1:])
     parser = argparse.ArgumentParser(prog="python -m autograder", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)

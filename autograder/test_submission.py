@@ -1,6 +1,9 @@
 """The tests ``pytest autograder --answers PATH`` runs (see autograder/conftest.py)."""
 import pytest
 
+from autograder.hosts.child_process import check_file, default_questions
+from autograder.student.cells import SubmissionError
+
 
 def _answers(config):
     path = config.getoption("answers")
@@ -11,9 +14,6 @@ def _answers(config):
 
 def pytest_generate_tests(metafunc):
     if "qid" in metafunc.fixturenames:
-        from autograder.hosts.child_process import default_questions
-        from autograder.student.cells import SubmissionError
-
         path = _answers(metafunc.config)
         qids = metafunc.config.getoption("autograder_questions")
         if not qids:
@@ -26,12 +26,9 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture(scope="session")
 def submission_results(request):
-    from autograder.hosts.child_process import check_file
-
     path = _answers(request.config)
     qids = request.config.getoption("autograder_questions")
     if not qids:
-        from autograder.hosts.child_process import default_questions
         qids = default_questions(path)
     results = check_file(path, qids, timeout=request.config.getoption("answers_timeout"))
     return {r.id: r for r in results}
