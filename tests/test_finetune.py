@@ -110,11 +110,11 @@ def test_train_steps_learns_and_is_seeded():
 
 @pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
 def test_train_steps_uses_the_course_schedule(monkeypatch):
-    import vitref.train
+    import vitref.finetune
+    from vitref.training import lr_at as real
 
     seen = []
-    real = vitref.train.lr_at
-    monkeypatch.setattr(vitref.train, "lr_at", lambda p, c: seen.append((p, c.warmup)) or real(p, c))
+    monkeypatch.setattr(vitref.finetune, "lr_at", lambda p, c: seen.append((p, c.warmup)) or real(p, c))
     images = torch.zeros(64, 1, 28, 28, dtype=torch.uint8)
     train_steps(small_vit(), images, torch.zeros(64, dtype=torch.long), INFO, 4, warmup=0.5, batch_size=32)
     assert seen == [(0.0, 0.5), (0.25, 0.5), (0.5, 0.5), (0.75, 0.5)]

@@ -27,6 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .data import BatchLoader
+from .training import TrainConfig, lr_at
+from .vit import ViT
+
 INTERPOLATIONS = ("bicubic", "bilinear")
 
 
@@ -96,8 +100,6 @@ def resize_vit(model: nn.Module, img_size: int, mode: str = "bicubic") -> nn.Mod
     ``img_size`` must be a multiple of the patch size. ``model`` is left unchanged; the copy
     is in the same training/eval mode.
     """
-    from .vit import ViT
-
     if not isinstance(model, ViT):
         raise TypeError(f"expected a vitref.ViT, got {type(model).__name__}")
     if not isinstance(img_size, int) or img_size < model.patch_size or img_size % model.patch_size:
@@ -136,9 +138,6 @@ def train_steps(model: nn.Module, images: torch.Tensor, labels: torch.Tensor, in
     matrices only, as in :func:`vitref.train.train`. A loss that is not finite is recorded and
     the run goes on (an exploding run is a result, not an error). The model is left in train mode.
     """
-    from .data import BatchLoader
-    from .train import TrainConfig, lr_at
-
     if not isinstance(steps, int) or steps < 1:
         raise ValueError(f"steps must be a positive int, got {steps!r}")
     if not 0.0 <= warmup < 1.0:

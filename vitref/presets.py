@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .training import PRESETS
 from .vit import ViT, count_parameters
 
 _VIT_KEYS = ("img_size", "patch_size", "in_channels", "num_classes", "dim", "depth", "num_heads", "mlp_dim")
@@ -96,8 +97,6 @@ def _stl10_article() -> Preset:
 
 
 def _cifar10_gpu() -> Preset:
-    from .train import PRESETS
-
     recipe = dict(PRESETS["cifar10-gpu"])
     model = dict(img_size=32, patch_size=recipe.pop("patch_size"), in_channels=3, num_classes=10,
                  dim=recipe.pop("dim"), depth=recipe.pop("depth"), num_heads=recipe.pop("num_heads"),

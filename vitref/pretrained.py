@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from .interop import from_timm
+from .viz import attention_of, cls_attention_maps, rollout_map
 
 
 def imagenet_categories() -> list[str]:
@@ -141,8 +142,6 @@ def classify(model, image, config: dict, top: int = 5, categories=None) -> list[
 def attention_maps(model, image, config: dict) -> dict:
     """The model's view of a PIL ``image``: ``dict(input (1, 3, H, W), logits (1, classes),
     cls_maps (L, heads, grid, grid), rollout (grid, grid))``."""
-    from .viz import attention_of, cls_attention_maps, rollout_map
-
     x = preprocess(image, config)
     logits, attentions = attention_of(model, x)
     return dict(input=x, logits=logits, cls_maps=cls_attention_maps(attentions)[0], rollout=rollout_map(attentions)[0])
