@@ -1,8 +1,8 @@
 """vitref: the reference implementation of "Transformers and Vision Transformers, from scratch".
 
 One small module per concept; every chapter, exercise check and benchmark uses these.
-Not imported here: the training code (:mod:`vitref.training`, with its entry points
-``vitref.train`` and ``vitref.teacher``), :mod:`vitref.data`, :mod:`vitref.viz`,
+Not imported here: the training code (:mod:`vitref.training`, with its entry point
+``vitref.train``), :mod:`vitref.data`, :mod:`vitref.viz`,
 :mod:`vitref.pretrained` and :mod:`vitref.intuition` (chapter 3's kernel regression and score
 functions, not graded). Each loads on request: ``from vitref import intuition``.
 """
