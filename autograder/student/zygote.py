@@ -574,13 +574,6 @@ def _init(req: dict, notebook: bytes, payload_fn, result_w: int, output_w: int,
     os._exit(0)   # pid 1 leaving kills every process left in the namespace
 
 
-def _last_event(data: bytearray, pos: int) -> tuple[int, str | None]:
-    """The events of the complete frames after ``pos`` in the payload's stream (see
-    :mod:`autograder.student.wire`): (new position, kind of the last one or None)."""
-    pos, events = frame_events(data, pos)
-    return pos, (events[-1][0] if events else None)
-
-
 def frame_events(data, pos: int) -> tuple[int, list]:
     """The complete frames after ``pos`` in the payload's stream: (new position, [(event, qid)])."""
     events: list = []
