@@ -64,7 +64,7 @@ def test_chapter_budgets_its_runs_in_epochs_with_a_seed_and_fixed_threads():
 RUN = """
 import hashlib, json, sys, torch
 from vitref.train import train
-from vitref.teacher import train_teacher
+from vitref.training.teacher import train_teacher
 import vitref.data
 from vitref.experiments import data_size_curve
 torch.set_num_threads(int(sys.argv[3]))           # as the chapter's setup cell

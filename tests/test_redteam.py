@@ -280,4 +280,4 @@ def test_frames_nested_too_deep_are_dropped():
     head = b"[" * 100000 + b"]" * 100000
     data = struct.pack(">I", len(head)) + head + struct.pack(">I", 0)
     assert wire.frames(data) == []
-    assert zygote._last_event(bytearray(data), 0) == (len(data), "?")
+    assert zygote.frame_events(bytearray(data), 0) == (len(data), [("?", None)])

@@ -1,8 +1,8 @@
 """vitref: the reference implementation of "Transformers and Vision Transformers, from scratch".
 
 One small module per concept; every chapter, exercise check and benchmark uses these.
-Not imported here: the training code (:mod:`vitref.training`, with its entry points
-``vitref.train`` and ``vitref.teacher``), :mod:`vitref.data`, :mod:`vitref.viz`,
+Not imported here: the training code (:mod:`vitref.training`, with its entry point
+``vitref.train``), :mod:`vitref.data`, :mod:`vitref.viz`,
 :mod:`vitref.pretrained` and :mod:`vitref.intuition` (chapter 3's kernel regression and score
 functions, not graded). Each loads on request: ``from vitref import intuition``.
 """
@@ -21,7 +21,6 @@ from .patches import (
     ConvPatchEmbedding,
     LinearPatchEmbedding,
     PatchEmbedding,
-    conv_from_linear,
     image_to_patches,
     linear_from_conv,
     patches_to_image,
@@ -64,7 +63,7 @@ __all__ = [
     "CachedSelfAttention",
     "CrossAttention", "MultiHeadAttention", "MultiHeadAttentionLoop", "fused_from_loop",
     "ChannelwisePatchEmbedding", "ConvPatchEmbedding", "LinearPatchEmbedding", "PatchEmbedding",
-    "conv_from_linear", "image_to_patches", "linear_from_conv", "patches_to_image",
+    "image_to_patches", "linear_from_conv", "patches_to_image",
     "LearnedPositionalEmbedding", "SinusoidalPositionalEncoding", "embedding_lookup", "one_hot_embedding",
     "sinusoidal_encoding",
     "ViT", "count_parameters", "vit_b16", "vit_tiny_cifar10",

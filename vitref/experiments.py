@@ -2,7 +2,7 @@
 with dropout on or off (chapter 5).
 
 :func:`data_size_curve` trains the course's ViT (:func:`vitref.train.train`, its recipe) and the small
-CNN (:func:`vitref.teacher.train_teacher`, the ``ConvTeacher``) on the first ``n`` training images for
+CNN (:func:`vitref.training.teacher.train_teacher`, the ``ConvTeacher``) on the first ``n`` training images for
 the same number of optimiser steps, for each ``n`` in ``sizes``, and scores both on the same test images
 with a single view. Everything is counted (steps, seeds, threads), never timed, so the numbers are the same
 at every run with the same PyTorch on the same kind of processor. :func:`dropout_on_off` trains the same

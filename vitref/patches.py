@@ -96,19 +96,6 @@ def linear_from_conv(conv_embed: ConvPatchEmbedding) -> LinearPatchEmbedding:
     return linear_embed
 
 
-@torch.no_grad()
-def conv_from_linear(linear_embed: LinearPatchEmbedding) -> ConvPatchEmbedding:
-    """Inverse of :func:`linear_from_conv`."""
-    linear = linear_embed.linear
-    conv_embed = ConvPatchEmbedding(linear_embed.in_channels, linear_embed.patch_size, linear_embed.emb_size)
-    conv_embed = conv_embed.to(dtype=linear.weight.dtype, device=linear.weight.device)
-    p = linear_embed.patch_size
-    conv_embed.proj.weight.copy_(rearrange(linear.weight, "d (s1 s2 c) -> d c s1 s2", s1=p, s2=p))
-    assert conv_embed.proj.bias is not None
-    conv_embed.proj.bias.copy_(linear.bias)
-    return conv_embed
-
-
 class ChannelwisePatchEmbedding(nn.Module):
     """The Julia notebook's patch embedding: one ``Linear(P*P, D)`` per channel, results summed.
 
@@ -184,5 +171,5 @@ class PatchEmbedding(nn.Module):
 
 __all__ = [
     "PATCH_PATTERN", "check_images", "image_to_patches", "patches_to_image", "LinearPatchEmbedding",
-    "ConvPatchEmbedding", "linear_from_conv", "conv_from_linear", "ChannelwisePatchEmbedding", "PatchEmbedding",
+    "ConvPatchEmbedding", "linear_from_conv", "ChannelwisePatchEmbedding", "PatchEmbedding",
 ]

@@ -18,7 +18,6 @@ import math
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 HEAT_LABEL = "attention weight"      # the colour bar of every map: the weights themselves, not rescaled
 
@@ -93,18 +92,6 @@ def attention_of(model, images: torch.Tensor):
     finally:
         model.train(was_training)
     return logits, attentions
-
-
-def upsample(attention_map: torch.Tensor, size, mode: str = "nearest") -> torch.Tensor:
-    """A ``(grid, grid)`` map resized to ``size = (H, W)`` of the image, rescaled to [0, 1]. ``'nearest'``
-    keeps one flat block per patch; ``'bilinear'`` smooths, inventing detail below a patch."""
-    if attention_map.ndim != 2:
-        raise ValueError(f"expected one map (grid, grid), got {tuple(attention_map.shape)}")
-    m = attention_map[None, None].float()                                   # (1, 1, grid, grid)
-    kwargs = {} if mode == "nearest" else {"align_corners": False}
-    big = F.interpolate(m, size=tuple(size), mode=mode, **kwargs)[0, 0]     # (H, W)
-    big = big - big.min()
-    return big / big.max().clamp_min(1e-12)
 
 
 def _as_display_image(image, mean=None, std=None) -> np.ndarray:
@@ -191,5 +178,5 @@ def plot_attention_grid(image, maps: torch.Tensor, mean=None, std=None, alpha: f
     return fig
 
 
-__all__ = ["cls_attention_maps", "attention_rollout", "rollout_map", "attention_of", "upsample", "overlay",
+__all__ = ["cls_attention_maps", "attention_rollout", "rollout_map", "attention_of", "overlay",
            "plot_attention_grid"]

@@ -26,7 +26,6 @@ class Source:
     grade_cells: list[GradeCell] = field(default_factory=list)
     solution_cells: list[str] = field(default_factory=list)
     source_cells: list[dict] = field(default_factory=list)
-    synthetic: bool = False                        # no source notebook: one cell per question
 
 
 def find_source_dir(root: Path, explicit: str | None) -> Path | None:
@@ -55,7 +54,7 @@ def load_sources(source_dir: Path | None, questions: dict[str, list]) -> dict[st
             path = preferred if preferred in found else (found[0] if found else None)
         if path is None:
             out[assignment] = Source(assignment, assignment, [
-                GradeCell(f"{q.id}_test", float(q.points), [q.id]) for q in qs], synthetic=True)
+                GradeCell(f"{q.id}_test", float(q.points), [q.id]) for q in qs])
             continue
         nb = json.loads(path.read_text(encoding="utf-8"))
         src = Source(assignment, path.stem)

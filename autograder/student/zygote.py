@@ -602,13 +602,6 @@ def _reaper_workdir() -> str:
     return os.path.join(parent, "work")
 
 
-def _last_event(data: bytearray, pos: int) -> tuple[int, str | None]:
-    """The events of the complete frames after ``pos`` in the payload's stream (see
-    :mod:`autograder.student.wire`): (new position, kind of the last one or None)."""
-    pos, events = frame_events(data, pos)
-    return pos, (events[-1][0] if events else None)
-
-
 def frame_events(data, pos: int) -> tuple[int, list]:
     """The complete frames after ``pos`` in the payload's stream: (new position, [(event, qid)])."""
     events: list = []

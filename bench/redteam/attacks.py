@@ -75,7 +75,7 @@ LN_BN_OUT = LN_TEMPLATE.format(body='''\
 
 
 # a cell that makes the zygote stop watching this run (a frame header nested so deep that
-# json.loads raises RecursionError, which _last_event does not catch), then leaves processes of
+# json.loads raises RecursionError, which the zygote's frame reader once did not catch), then leaves processes of
 # the job's student uid alive: the next students of the same job cannot fork (RLIMIT_NPROC)
 WEDGE = r'''
 import os, struct, signal, time

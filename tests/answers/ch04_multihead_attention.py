@@ -530,8 +530,8 @@ class LoopReversedNoMask(_LoopWrong):
 
 
 # =============================================================================== from the parallel set
-# Wrong answers first written for the parallel implementation of these checks (checks-a at 402507f,
-# tests/answers/realistic_ch01_04.py there), rewritten here: mine accepted or misnamed them.
+# Wrong answers first written for the parallel implementation of these checks (branch checks-a at
+# 402507f, its realistic wrong answers for chapters 1 to 4), rewritten here: mine accepted or misnamed them.
 @wrong("mha_loop", says("is float32 although the inputs"))
 class LoopFloat32(nn.Module):
     def __init__(self, emb_size, num_heads):

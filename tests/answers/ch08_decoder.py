@@ -21,7 +21,7 @@ from .given import FeedForwardBlock, MultiHeadAttention
 # ####################################################################################################
 # variants: other correct formulations
 # (A numpy loss is not a correct answer any more: a loss must let loss.backward() train the
-# model, and the check now compares the gradient; see tests/answers/realistic_ch07_08.py.)
+# model, and the check now compares the gradient; see ``ce_numpy`` in ch07_vit.py.)
 
 
 # ----------------------------------------------------------------- causal mask

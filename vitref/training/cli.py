@@ -62,11 +62,10 @@ def _option_type(hint) -> type:
     return kinds[0]
 
 
-def parse_args(argv=None) -> TrainConfig:
-    """The :class:`TrainConfig` of a command line (``--preset``, then one option per config field,
-    typed by the field's annotation). Without ``--minutes``, ``--epochs`` or ``--steps`` the budget
-    is 10 minutes."""
-    defaults = TrainConfig()
+def build_parser() -> argparse.ArgumentParser:
+    """``--preset``, then one option per :class:`TrainConfig` field, typed by the field's annotation:
+    ``--no-<flag>`` beside each bool, ``--<flag> N`` for the others. Every default is None, so that
+    what was not given leaves the preset's or the config's value in place."""
     parser = argparse.ArgumentParser(prog=_program_name(), description=DESCRIPTION,
                                      formatter_class=argparse.ArgumentDefaultsHelpFormatter)
     parser.add_argument("--preset", choices=sorted(PRESETS), default=None,
@@ -81,7 +80,14 @@ def parse_args(argv=None) -> TrainConfig:
         choices = CHOICES[f.name]() if f.name in CHOICES else None
         parser.add_argument(flag, *ALIASES.get(f.name, ()), dest=f.name, type=kind, choices=choices, default=None,
                             help=help_text)
-    args = vars(parser.parse_args(argv))
+    return parser
+
+
+def parse_args(argv=None) -> TrainConfig:
+    """The :class:`TrainConfig` of a command line (:func:`build_parser`). ``--out none`` saves nothing.
+    Without ``--minutes``, ``--epochs`` or ``--steps`` the budget is 10 minutes."""
+    defaults = TrainConfig()
+    args = vars(build_parser().parse_args(argv))
     config = dataclasses.replace(defaults, **PRESETS.get(args.pop("preset") or "", {}))
     given = {k: v for k, v in args.items() if v is not None}
     if args.get("out") == "none":
@@ -108,4 +114,4 @@ def main(argv=None) -> None:
     print(f"test_accuracy={history['test_accuracy']:.4f} wall_seconds={time.time() - start:.0f}")
 
 
-__all__ = ["parse_args", "main", "DESCRIPTION"]
+__all__ = ["build_parser", "parse_args", "main", "DESCRIPTION"]

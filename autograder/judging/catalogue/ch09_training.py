@@ -4,7 +4,7 @@ verdict and its mistakes.
 No reference output is compared and nothing the student's model computed counts: the student's
 process sent the returned model's parameters (its ``state_dict``, as numbers). Here, on the
 grader's side, :func:`load_model` puts them into the grader's own copy of the exercise's given
-:class:`FashionViT` (same architecture, same parameter names: tests/test_trained_model.py holds
+:class:`FashionViT` (same architecture, same parameter names: tests/threats/test_trained_model.py holds
 it to the notebook's given cell) and predicts held-out images that never entered the student's
 process, drawn with the run's source (the grader's secret subset in a batch, the public one in a
 student's own check), against labels drawn the same way (in a grading run the classes are
