@@ -103,12 +103,13 @@ def test_labels_do_not_overlap_and_stay_on_the_canvas(name, narrow):
 
 # The book shows each diagram as an <img> of its SVG, whose size is the figure's: figwidth x 72 pt, and
 # 1 pt = 4/3 CSS px. The theme's `img {max-width: 100%}` scales a wider one down to the text column, never
-# a narrower one up. The column is about 720 px wide in a 1280-px window, and 358 px on a 390-px phone
-# (sphinx-book-theme: 1rem of padding on each side below 768 px). The page shows the wide drawing in a
-# window wider than 600 px (diagrams.NARROW_MEDIA), whose column is 569 px or more, and the narrow one
-# below; tests/test_book.py checks in Chromium which one is shown and at what size.
-PAGE_COLUMN, PHONE_COLUMN, NARROWEST_WIDE_COLUMN = 720, 358, 600 + 1 - 32
-PHONE_DESIGN_WIDTH = 360               # what the narrow drawings are drawn for
+# a narrower one up. The column is about 720 px wide in a 1280-px window. The page shows the wide drawing
+# in a window wider than 600 px (diagrams.NARROW_MEDIA), whose column is 601 - 2 x 16 (the article's
+# padding) - 2 x 8 (the figure's) = 553 px or more, and the narrow one below, where the figure has no
+# padding (accessible_book.css): a column of 328 px in a 360-px window, 358 px in a 390-px one.
+# tests/test_book.py checks in Chromium which drawing is shown and at what size.
+PAGE_COLUMN, NARROWEST_WIDE_COLUMN = 720, 601 - 2 * 16 - 2 * 8
+PHONE_COLUMNS = (360 - 2 * 16, 390 - 2 * 16)
 MIN_LABEL_PX = 11
 
 
@@ -137,8 +138,7 @@ def test_every_label_reads_at_the_pages_width_and_on_a_phone(name):
     wide, narrow = diagrams.DIAGRAMS[name](), diagrams.DIAGRAMS[name](narrow=True)
     sizes = {f"wide, {column}-px column": smallest_label_px(wide, column)
              for column in (PAGE_COLUMN, NARROWEST_WIDE_COLUMN)}
-    sizes |= {f"narrow, {column}-px column": smallest_label_px(narrow, column)
-              for column in (PHONE_DESIGN_WIDTH, PHONE_COLUMN)}
+    sizes |= {f"narrow, {column}-px column": smallest_label_px(narrow, column) for column in PHONE_COLUMNS}
     print(f"{name}: smallest label " + ", ".join(f"{px:.1f} px ({where})" for where, (px, _) in sizes.items()))
     small = {where: f"{label!r} at {px:.1f} px" for where, (px, label) in sizes.items() if px < MIN_LABEL_PX}
     assert not small, (

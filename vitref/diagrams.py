@@ -9,8 +9,8 @@ window; the test ``tests/test_diagrams.py`` checks their labels.
 
 Every label is set at :data:`SMALL` points or more. The book shows a drawing at its own size
 (1 pt = 4/3 CSS px) or scaled down to the text column. A wide drawing is at most about 7.3 inches wide,
-so every label is at least 11 px in the page's 720-px column; a narrow one is at most 4.8 inches wide,
-so every label is at least 11 px on a 390-px phone (``tests/test_diagrams.py`` measures both, and
+so every label is at least 11 px in the page's 720-px column; a narrow one is at most 4.5 inches wide,
+so every label is at least 11 px on a 360-px phone (``tests/test_diagrams.py`` measures both, and
 ``tests/test_book.py`` in Chromium). Fewer, larger labels: a long one is wrapped, not shrunk.
 
 Shapes are written with the chapters' symbols: ``B`` batch, ``T`` queries (tokens), ``S`` keys,
@@ -226,11 +226,11 @@ def encoder_block_diagram(narrow: bool = False) -> Figure:
 def scaled_dot_product_attention_diagram(narrow: bool = False) -> Figure:
     """Chapter 3: softmax(Q Kᵀ / √d_k + mask) V, with the shape after each step. ``narrow``: V's
     column moved in, for a phone's column (the same steps and labels)."""
-    c = Canvas(4.75 if narrow else 5.6, 6.4)
-    cx, w, h = 2.3, 2.5, 0.46                    # the column of steps; inputs enter at +-0.6 of its centre
+    c = Canvas(4.5 if narrow else 5.6, 6.4)
+    cx, w, h = 2.15 if narrow else 2.3, 2.5, 0.46  # the column of steps; inputs enter at +-0.6 of its centre
     q = c.box(cx - 0.6, 0.45, 1.0, 0.42, "Q", "tensor", bold=True)
     k = c.box(cx + 0.6, 0.45, 1.0, 0.42, "K", "tensor", bold=True)
-    v = c.box(4.1 if narrow else 4.5, 0.45, 1.0, 0.42, "V", "tensor", bold=True)
+    v = c.box(3.9 if narrow else 4.5, 0.45, 1.0, 0.42, "V", "tensor", bold=True)
     for box, shape in ((q, "(B, T, d_k)"), (k, "(B, S, d_k)"), (v, "(B, S, d_v)")):
         c.shape(box.cx, 0.08, shape, ha="center")
     mm1 = c.box(cx, 1.45, w, h, "MatMul  Q Kᵀ", "op")
@@ -292,35 +292,35 @@ def multi_head_attention_diagram(narrow: bool = False) -> Figure:
 
 
 def _multi_head_attention_narrow() -> Figure:
-    """:func:`multi_head_attention_diagram` for a phone's column: lanes 1.6 in apart, the shapes of the
+    """:func:`multi_head_attention_diagram` for a phone's column: lanes 1.5 in apart, the shapes of the
     projections given at the inputs (a linear map keeps them)."""
-    c = Canvas(4.8, 8.0)
-    lanes = {"Q": 0.8, "K": 2.4, "V": 4.0}
-    w, h = 1.45, 0.44
+    c = Canvas(4.5, 8.0)
+    lanes = {"Q": 0.75, "K": 2.25, "V": 3.75}
+    w, h = 1.4, 0.44
     x_in = c.box(lanes["Q"], 0.8, 1.0, 0.42, "x", "tensor", bold=True)
     c.shape(x_in.cx, x_in.bottom[1] - 0.17, "(B, T, D)", ha="center")
-    ctx = c.box(3.2, 0.8, 1.3, 0.42, "context", "tensor", bold=True)
+    ctx = c.box(3.0, 0.8, 1.3, 0.42, "context", "tensor", bold=True)
     c.shape(ctx.cx, ctx.bottom[1] - 0.17, "(B, S, D)", ha="center")
-    c.text(2.4, 0.0, "self-attention: context = x, S = T", fontsize=SMALL, color=SHAPE, va="bottom")
+    c.text(2.25, 0.0, "self-attention: context = x, S = T", fontsize=SMALL, color=SHAPE, va="bottom")
     proj = {name: c.box(x, 1.75, w, h, f"Linear  W_{name}", "linear") for name, x in lanes.items()}
     c.arrow(x_in.top, proj["Q"].bottom)
     for name in ("K", "V"):
         c.path([ctx.top, (ctx.cx, 1.27), (lanes[name], 1.27), proj[name].bottom])
-    split = c.box(2.4, 2.6, 4.6, h, "split into h heads", "op")
+    split = c.box(2.25, 2.6, 4.3, h, "split into h heads", "op")
     for x in lanes.values():
         c.arrow((x, proj["Q"].top[1]), (x, split.bottom[1]))
-    scores = c.box(1.5, 3.75, 2.3, h, "Q Kᵀ / √d_k", "op")
+    scores = c.box(1.3, 3.75, 2.1, h, "Q Kᵀ / √d_k", "op")
     c.arrow((lanes["Q"], split.top[1]), (lanes["Q"], scores.bottom[1]), label="Q (B, h, T, d_k)")
     c.arrow((lanes["K"], split.top[1]), (lanes["K"], scores.bottom[1]), label="K (B, h, S, d_k)")
-    soft = c.box(1.5, 4.75, 2.3, 0.6, "softmax over S\n(+ mask)", "op")
+    soft = c.box(1.3, 4.75, 2.1, 0.6, "softmax over S\n(+ mask)", "op")
     c.arrow(scores.top, soft.bottom, label="scores (B, h, T, S)")
-    mix = c.box(2.6, 5.75, 3.6, h, "weights · V", "op")
+    mix = c.box(2.45, 5.75, 3.4, h, "weights · V", "op")
     c.arrow(soft.top, (soft.cx, mix.bottom[1]), label="weights (B, h, T, S)")
     c.arrow((lanes["V"], split.top[1]), (lanes["V"], mix.bottom[1]))
-    c.shape(lanes["V"] - 0.08, 4.2, "V\n(B, h, S, d_k)", ha="right")
-    merge = c.box(2.6, 6.55, 2.2, h, "merge heads", "op")
+    c.shape(lanes["V"] - 0.08, scores.cy, "V\n(B, h, S, d_k)", ha="right")
+    merge = c.box(2.45, 6.55, 2.2, h, "merge heads", "op")
     c.arrow(mix.top, merge.bottom, label="(B, h, T, d_k)")
-    out = c.box(2.6, 7.35, 2.2, h, "Linear  W_O", "linear")
+    out = c.box(2.45, 7.35, 2.2, h, "Linear  W_O", "linear")
     c.arrow(merge.top, out.bottom, label="(B, T, h·d_k)\n= (B, T, D)")
     c.arrow(out.top, (out.cx, 7.95), label="output (B, T, D)")
     c.text(0.05, 7.85, "Multi-head\nattention", fontsize=TITLE, weight="bold", ha="left", va="top")
@@ -401,7 +401,7 @@ def vit_diagram(narrow: bool = False) -> Figure:
 
 def _vit_narrow() -> Figure:
     """:func:`vit_diagram` for a phone's column: a 2 x 2 grid of patches, the long labels wrapped."""
-    c = Canvas(4.8, 7.0)
+    c = Canvas(4.5, 7.0)
     g, side, x0, y0 = 2, 0.9, 0.1, 0.35
     _image_grid(c, g, side, x0, y0)
     c.shape(x0, y0 + side + 0.35, "image\n(B, C, H, W)")
@@ -429,7 +429,7 @@ def _vit_narrow() -> Figure:
     c.text(cls_x, ty - 0.28, "learned\nclass token", fontsize=SMALL, color=SHAPE, va="top")
     c.text(left - 0.12, ty, "tokens", fontsize=SMALL, ha="right", color=SHAPE)
     c.text(left - 0.12, py, "+ positions\nE_pos", fontsize=SMALL, ha="right", color=SHAPE)
-    enc = c.box(2.4, 4.5, 4.6, 0.85, "", "attention")
+    enc = c.box(2.25, 4.5, 4.3, 0.85, "", "attention")
     c.text(enc.cx, enc.cy + 0.2, "Transformer encoder: L pre-LN blocks", fontsize=FONT, weight="bold")
     c.text(enc.cx, enc.cy - 0.18, "(LayerNorm, attention, +,\nLayerNorm, MLP, +)", fontsize=SMALL)
     for x in token_x:
@@ -437,7 +437,7 @@ def _vit_narrow() -> Figure:
     c.shape(left - 0.12, (py + 0.15 + enc.bottom[1]) / 2, "(B, N+1, D)", ha="right")
     for x in patch_x:
         c.ax.plot([x, x], [enc.top[1], enc.top[1] + 0.16], color="#999999", lw=0.9, zorder=1)
-    c.text(4.75, enc.top[1] + 0.5, "patch outputs:\nnot used\nby the head", fontsize=SMALL, color="#666666",
+    c.text(4.45, enc.top[1] + 0.5, "patch outputs:\nnot used\nby the head", fontsize=SMALL, color="#666666",
            ha="right")
     norm = c.box(cls_x, 5.75, 1.5, 0.42, "LayerNorm", "norm")
     c.arrow((cls_x, enc.top[1]), norm.bottom)
@@ -446,15 +446,15 @@ def _vit_narrow() -> Figure:
     c.arrow(norm.top, head.bottom)
     c.arrow(head.right, (head.right[0] + 0.35, head.cy))
     c.shape(head.right[0] + 0.4, head.cy, "class scores\n(B, classes)")
-    c.text(4.75, 6.85, "Vision Transformer (ViT)", fontsize=TITLE, weight="bold", ha="right")
+    c.text(4.45, 6.85, "Vision Transformer (ViT)", fontsize=TITLE, weight="bold", ha="right")
     return c.figure
 
 
 def decoder_block_diagram(narrow: bool = False) -> Figure:
     """Chapter 8: a pre-LN decoder block, masked self-attention then cross-attention to the encoder.
     ``narrow``: narrower boxes, their long names on two lines."""
-    c = Canvas(4.8, 7.95) if narrow else Canvas(7.0, 7.2)
-    cx, enc_x, width, height = (1.55, 3.95, 1.9, 0.56) if narrow else (2.9, 6.0, 2.9, 0.4)
+    c = Canvas(4.5, 7.95) if narrow else Canvas(7.0, 7.2)
+    cx, enc_x, width, height = (1.55, 3.7, 1.9, 0.56) if narrow else (2.9, 6.0, 2.9, 0.4)
     wrap = "\n" if narrow else " "
     steps = [("LayerNorm", "norm"), (f"Masked multi-head{wrap}attention", "attention"), "+",
              ("LayerNorm", "norm"), (f"Multi-head{wrap}cross-attention", "attention"), "+",
@@ -462,7 +462,7 @@ def decoder_block_diagram(narrow: bool = False) -> Figure:
     boxes, out = _stack(c, cx, 0.95, steps, [(0, 2), (3, 5), (6, 8)], width=width, height=height, gap=0.2)
     _group(c, cx - width / 2 - 0.5, 0.68, cx + width / 2 + 0.3, boxes[-1].top[1] + 0.12)
     cross = boxes[4]
-    enc = c.box(enc_x, cross.cy - 0.8, 1.6, 0.5, f"encoder{wrap}output" if narrow else "encoder output",
+    enc = c.box(enc_x, cross.cy - 0.8, 1.4 if narrow else 1.6, 0.5, f"encoder{wrap}output",
                 "tensor", bold=True)
     c.shape(enc.cx, enc.bottom[1] - 0.16, "(B, S, D)", ha="center")
     c.path([enc.top, (enc.cx, cross.cy), cross.right])
@@ -595,9 +595,9 @@ DIAGRAMS = {
 
 
 # The page shows a diagram's narrow drawing in a window at most this wide (CSS px), its wide one above.
-# The narrow drawings are at most 4.8 in (461 px) wide, so their labels (11 pt and up) keep at least 11 px
-# in a phone's 358-px column; the wide ones, at most 7.3 in (701 px), keep 11 px in a column of 525 px or
-# more, which a window wider than 600 px has (tests/test_book.py measures both in Chromium).
+# The narrow drawings are at most 4.5 in (432 px) wide, so their labels (11 pt and up) keep at least 11 px
+# in the 328-px column of a 360-px phone; the wide ones, at most 7.3 in (701 px), keep 11 px in a column
+# of 525 px or more, which a window wider than 600 px has (tests/test_book.py measures both in Chromium).
 NARROW_MEDIA = "(max-width: 600px)"
 
 
