@@ -8,6 +8,7 @@ The book is built into a temporary copy of the repository, so the execution cach
 """
 from __future__ import annotations
 
+import base64
 import functools
 import http.server
 import json
@@ -23,6 +24,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from test_diagrams import CHAPTERS as DIAGRAM_CHAPTERS
+
+from vitref import diagrams
 
 ROOT = Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
@@ -653,4 +657,99 @@ def test_live_vit_explorer_in_chromium(built_book, server, browser):
     problems, milliseconds = explorer_problems(browser, server)
     print(f"explorer update after an occlusion (model + rollout + maps): {milliseconds:.0f} ms in Chromium "
           "(a loaded machine)")
+    assert not problems, "\n".join(problems)
+
+
+# --------------------------------------------------------------------------- (e) diagrams at any width
+
+# window widths (CSS px) at which each architecture diagram must be the right drawing at a readable size:
+# a phone, the widest window that gets the narrow drawing, the narrowest that gets the wide one, a
+# tablet, a laptop and the width of the other tests
+DIAGRAM_WINDOWS = (360, 390, 600, 601, 768, 1024, 1280)
+MIN_LABEL_PX = 11          # tests/test_diagrams.py: the smallest label of every drawing, in CSS px
+
+# Each diagram's <picture> on the open page: which drawing the browser chose (its <source> for narrow
+# windows, its <img> otherwise), at what width it is shown, and whether it is the only image there.
+DIAGRAM_REPORT_JS = r"""
+(() => [...document.querySelectorAll('picture.vitref-diagram')].map(picture => {
+  const img = picture.querySelector('img'), source = picture.querySelector('source');
+  const rect = img.getBoundingClientRect();
+  return {drawing: img.currentSrc === source.srcset ? 'narrow' : img.currentSrc === img.src ? 'wide' : 'none',
+          shown: rect.width, natural: img.naturalWidth, images: picture.querySelectorAll('img').length,
+          visible: getComputedStyle(img).display !== 'none' && rect.width > 0, alt: img.alt};
+}))()
+"""
+
+# Scrolls the page's first diagram, with its caption, into view and returns its box in the viewport.
+DIAGRAM_BOX_JS = r"""
+(() => {
+  const figure = document.querySelector('picture.vitref-diagram').closest('figure');
+  figure.scrollIntoView({block: 'start', behavior: 'instant'});
+  const rect = figure.getBoundingClientRect();
+  return {x: rect.left + scrollX, y: rect.top + scrollY, width: rect.width,
+          height: Math.min(rect.height, innerHeight - rect.top)};
+})()
+"""
+
+
+def diagram_pages() -> dict[str, list[str]]:
+    """{page: its diagrams' names in page order}, from tests/test_diagrams.py."""
+    return {f"book/{chapter}": names for chapter, names in DIAGRAM_CHAPTERS.items()}
+
+
+def smallest_label_natural_px(name: str, drawing: str) -> float:
+    """The smallest label of a diagram's drawing, in CSS px, when the drawing is shown at its own size."""
+    figure = diagrams.DIAGRAMS[name](narrow=drawing == "narrow")
+    return min(t.get_fontsize() for t in figure.axes[0].texts if t.get_text().strip()) * 4 / 3
+
+
+def diagram_problems(browser: "Browser", server: str, width: int, shots: Path | None = None) -> tuple[list, list]:
+    """At a window ``width`` px wide: every diagram page shows, per diagram, one image, the drawing meant for
+    that width, its smallest label at least MIN_LABEL_PX, and does not scroll sideways. Returns (problems,
+    measurements); with ``shots``, a screenshot of each page's first diagram there."""
+    expected = "narrow" if width <= 600 else "wide"
+    assert diagrams.NARROW_MEDIA == "(max-width: 600px)", "update `expected` above with the breakpoint"
+    browser.call("Emulation.setDeviceMetricsOverride", width=width, height=900, deviceScaleFactor=1,
+                 mobile=width < 768)
+    problems, measured = [], []
+    for page, names in diagram_pages().items():
+        where = f"{page.split('/')[-1]} at {width} px"
+        browser.open(f"{server}/{page}.html")
+        browser.evaluate(PAGE_REPORT_JS)                     # waits for the images
+        shown = browser.evaluate(DIAGRAM_REPORT_JS)
+        if len(shown) != len(names):
+            problems.append(f"{where}: {len(shown)} diagram pictures, expected {len(names)} ({names})")
+            continue
+        for name, picture in zip(names, shown):
+            px = smallest_label_natural_px(name, picture["drawing"]) * picture["shown"] / max(picture["natural"], 1)
+            measured.append((name, width, picture["drawing"], round(px, 1)))
+            if picture["drawing"] != expected or picture["images"] != 1 or not picture["visible"]:
+                problems.append(f"{where}: {name} shows {picture['drawing']!r} (expected {expected!r}) in "
+                                f"{picture['images']} image(s), visible: {picture['visible']}")
+            if px < MIN_LABEL_PX or picture["alt"] != diagrams.ALT_TEXT[name]:
+                problems.append(f"{where}: {name}'s smallest label is {px:.1f} px, or its alt text is not ALT_TEXT")
+        report = browser.evaluate(WIDTH_REPORT_JS)
+        if report["scrollWidth"] > width:
+            problems.append(f"{where}: {report['scrollWidth']} px wide, scrolls sideways; {report['widest']}")
+        if shots is not None:
+            clip = dict(browser.evaluate(DIAGRAM_BOX_JS), scale=1)
+            data = browser.call("Page.captureScreenshot", format="png", clip=clip)
+            (shots / f"{page.split('/')[-1]}-{width}.png").write_bytes(base64.b64decode(data["data"]))
+    return problems, measured
+
+
+@pytest.mark.slow   # builds the book (shared with the tests above), then Chromium
+def test_diagrams_fit_the_window_in_chromium(built_book, server, browser, tmp_path):
+    """Each architecture diagram is one <picture>: a phone gets the narrow drawing, a wide window the wide
+    one, each with every label at least 11 px, and no page scrolls sideways (screenshots in tmp_path)."""
+    problems, measured = [], []
+    try:
+        for width in DIAGRAM_WINDOWS:
+            found, sizes = diagram_problems(browser, server, width, tmp_path if width in (390, 1280) else None)
+            problems += found
+            measured += sizes
+    finally:
+        browser.call("Emulation.clearDeviceMetricsOverride")
+    print("smallest label (diagram, window px, drawing, px):", measured)
+    assert len(measured) == len(DIAGRAM_WINDOWS) * sum(map(len, diagram_pages().values()))
     assert not problems, "\n".join(problems)

@@ -167,10 +167,12 @@ def test_the_width_check_reads_code_cells_and_try_it_blocks():
 
 
 def figure_cells(page: str) -> list[tuple[int, dict]]:
-    """(index, cell) of the code cells that show a figure: a plot or a diagram has alt text (the
-    browser test requires it), given as the cell's mystnb.image.alt."""
+    """(index, cell) of the code cells that show a figure: a plot has alt text (the browser test
+    requires it), given as the cell's mystnb.image.alt; an architecture diagram is shown by
+    ``diagrams.show``, which gives it its alt text (tests/test_diagrams.py)."""
     return [(i, c) for i, c in enumerate(cells(page))
-            if c["cell_type"] == "code" and c.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")]
+            if c["cell_type"] == "code" and (c.get("metadata", {}).get("mystnb", {}).get("image", {}).get("alt")
+                                             or "diagrams.show(" in source(c))]
 
 
 def test_every_figure_has_a_numbered_caption_and_a_name_of_its_own():

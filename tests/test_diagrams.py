@@ -1,7 +1,10 @@
-"""The book's architecture figures (vitref.diagrams): each draws, renders to SVG with its labels
-as text, keeps its labels apart and inside the canvas, and is shown by its chapter in a cell whose
-input is hidden and whose image carries alt text and a caption."""
+"""The book's architecture figures (vitref.diagrams): each draws, wide and narrow, renders to SVG with
+its labels as text, keeps its labels apart and inside the canvas, reads at the page's width and on a
+phone, and is shown by its chapter in a cell whose input is hidden, as one <picture> of both drawings
+whose image carries the alt text, under a caption."""
 import ast
+import base64
+import html
 import itertools
 import json
 import re
@@ -45,8 +48,6 @@ CHAPTERS = {
 
 def svg_texts(svg: str) -> list:
     """The text of every <text> element, XML entities decoded."""
-    import html
-
     return [html.unescape(t) for t in re.findall(r"<text[^>]*>([^<]*)</text>", svg)]
 
 
@@ -65,11 +66,26 @@ def test_diagram_renders_to_svg_with_its_labels_as_text(name):
     assert svg == diagrams.to_svg(diagrams.DIAGRAMS[name]()), "two renderings differ: the build would not be stable"
 
 
+def one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
 @pytest.mark.parametrize("name", sorted(diagrams.DIAGRAMS))
-def test_labels_do_not_overlap_and_stay_on_the_canvas(name):
+def test_narrow_drawing_has_the_wide_ones_labels(name):
+    """The phone's drawing says what the page's says: each label, perhaps wrapped onto two lines."""
+    fig = diagrams.DIAGRAMS[name](narrow=True)
+    texts = [one_line(t.get_text()) for t in fig.axes[0].texts]
+    missing = [label for label in LABELS[name] if not any(one_line(label) in t for t in texts)]
+    assert not missing, f"{name}: labels missing from the narrow drawing: {missing}"
+    assert one_line(diagrams.to_svg(fig)) != one_line(diagrams.to_svg(diagrams.DIAGRAMS[name]()))
+
+
+@pytest.mark.parametrize("narrow", [False, True], ids=["wide", "narrow"])
+@pytest.mark.parametrize("name", sorted(diagrams.DIAGRAMS))
+def test_labels_do_not_overlap_and_stay_on_the_canvas(name, narrow):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    fig = diagrams.DIAGRAMS[name]()
+    fig = diagrams.DIAGRAMS[name](narrow=narrow)
     renderer = FigureCanvasAgg(fig).get_renderer()
     page = fig.bbox
     boxes = []
@@ -87,10 +103,14 @@ def test_labels_do_not_overlap_and_stay_on_the_canvas(name):
 
 # The book shows each diagram as an <img> of its SVG, whose size is the figure's: figwidth x 72 pt, and
 # 1 pt = 4/3 CSS px. The theme's `img {max-width: 100%}` scales a wider one down to the text column, never
-# a narrower one up. The column is about 720 px wide in a 1280-px window, and 358 px on a 390-px phone
-# (sphinx-book-theme: 1rem of padding on each side below 768 px).
-PAGE_COLUMN, PHONE_COLUMN = 720, 358
-MIN_PAGE_PX, MIN_PHONE_PX = 11, 7
+# a narrower one up. The column is about 720 px wide in a 1280-px window. The page shows the wide drawing
+# in a window wider than 600 px (diagrams.NARROW_MEDIA), whose column is 601 - 2 x 16 (the article's
+# padding) - 2 x 8 (the figure's) = 553 px or more, and the narrow one below, where the figure has no
+# padding (accessible_book.css): a column of 328 px in a 360-px window, 358 px in a 390-px one.
+# tests/test_book.py checks in Chromium which drawing is shown and at what size.
+PAGE_COLUMN, NARROWEST_WIDE_COLUMN = 720, 601 - 2 * 16 - 2 * 8
+PHONE_COLUMNS = (360 - 2 * 16, 390 - 2 * 16)
+MIN_LABEL_PX = 11
 
 
 def smallest_label_px(figure, column: float) -> tuple[float, str]:
@@ -115,19 +135,55 @@ def test_smallest_label_px_is_the_arithmetic_of_the_page():
 
 @pytest.mark.parametrize("name", sorted(diagrams.DIAGRAMS))
 def test_every_label_reads_at_the_pages_width_and_on_a_phone(name):
-    fig = diagrams.DIAGRAMS[name]()
-    page, label = smallest_label_px(fig, PAGE_COLUMN)
-    assert page >= MIN_PAGE_PX, (
-        f"{name}: {label!r} is set at {page:.1f} px in a {PAGE_COLUMN}-px column (at least {MIN_PAGE_PX}): "
-        f"enlarge its font or narrow the figure ({fig.get_figwidth():.2f} in), with fewer or wrapped labels")
-    phone, label = smallest_label_px(fig, PHONE_COLUMN)
-    assert phone >= MIN_PHONE_PX, (
-        f"{name}: {label!r} is set at {phone:.1f} px on a 390-px phone (at least {MIN_PHONE_PX}): narrow the figure")
+    wide, narrow = diagrams.DIAGRAMS[name](), diagrams.DIAGRAMS[name](narrow=True)
+    sizes = {f"wide, {column}-px column": smallest_label_px(wide, column)
+             for column in (PAGE_COLUMN, NARROWEST_WIDE_COLUMN)}
+    sizes |= {f"narrow, {column}-px column": smallest_label_px(narrow, column) for column in PHONE_COLUMNS}
+    print(f"{name}: smallest label " + ", ".join(f"{px:.1f} px ({where})" for where, (px, _) in sizes.items()))
+    small = {where: f"{label!r} at {px:.1f} px" for where, (px, label) in sizes.items() if px < MIN_LABEL_PX}
+    assert not small, (
+        f"{name}: labels under {MIN_LABEL_PX} px: {small}: enlarge the font or narrow the drawing "
+        f"(wide {wide.get_figwidth():.2f} in, narrow {narrow.get_figwidth():.2f} in), with fewer or wrapped labels")
 
 
-def test_kv_cache_diagram_draws_the_steps_it_is_asked_for():
-    texts = svg_texts(diagrams.to_svg(diagrams.kv_cache_diagram(steps=3)))
+@pytest.mark.parametrize("narrow", [False, True], ids=["wide", "narrow"])
+def test_kv_cache_diagram_draws_the_steps_it_is_asked_for(narrow):
+    texts = svg_texts(diagrams.to_svg(diagrams.kv_cache_diagram(steps=3, narrow=narrow)))
     assert "step t = 3" in texts and "k3" in texts and "step t = 4" not in texts and "k4" not in texts
+
+
+def data_uri_svg(uri: str) -> str:
+    prefix = "data:image/svg+xml;base64,"
+    assert uri.startswith(prefix), uri[:60]
+    return base64.b64decode(uri[len(prefix):]).decode("utf-8")
+
+
+def test_show_is_one_picture_of_both_drawings_with_one_alt_text():
+    shown = diagrams.show(diagrams.vit_diagram)._repr_html_()
+    sources = re.findall(r'<source media="([^"]+)" srcset="([^"]+)">', shown)
+    images = re.findall(r'<img src="([^"]+)" alt="([^"]*)">', shown)
+    assert shown.startswith("<picture") and shown.endswith("</picture>")
+    assert len(sources) == 1 and len(images) == 1, "one narrow source and one <img>: a screen reader reads one alt"
+    assert sources[0][0] == diagrams.NARROW_MEDIA == "(max-width: 600px)"
+    assert data_uri_svg(sources[0][1]) == diagrams.to_svg(diagrams.vit_diagram(narrow=True))
+    assert data_uri_svg(images[0][0]) == diagrams.to_svg(diagrams.vit_diagram())
+    assert html.unescape(images[0][1]) == diagrams.ALT_TEXT["vit_diagram"]
+    quoted = diagrams.ResponsiveDiagram("<svg/>", "<svg/>", 'a "quoted" <b>alt</b> & more')._repr_html_()
+    assert 'alt="a &quot;quoted&quot; &lt;b&gt;alt&lt;/b&gt; &amp; more"' in quoted
+
+
+def test_show_takes_only_the_modules_drawings():
+    for wrong in (diagrams.to_svg, lambda: None, "vit_diagram"):
+        with pytest.raises(ValueError, match="drawing functions"):
+            diagrams.show(wrong)
+
+
+@pytest.mark.parametrize("name", sorted(diagrams.DIAGRAMS))
+def test_alt_text_describes_the_figure(name):
+    alt = diagrams.ALT_TEXT[name]
+    assert len(alt) >= 150 and "(B, " in alt, f"{name}: alt text must describe the figure: {alt!r}"
+    assert not re.search(r"side by side|\bLeft\b|\bRight\b", alt), (
+        f"{name}: the alt text serves both drawings (wide and narrow): no words for one layout")
 
 
 @pytest.mark.slow      # seconds of CPU: make test runs it, the fast loop does not
@@ -144,12 +200,12 @@ def test_diagrams_module_is_not_graded_and_not_imported_by_vitref():
 
 
 def figure_cells(chapter: str) -> dict:
-    """``{diagram function: cell}`` for the cells of a chapter that call ``diagrams.<function>(``."""
+    """``{diagram function: cell}`` for the cells of a chapter that name ``diagrams.<function>``."""
     nb = json.loads((BOOK / f"{chapter}.ipynb").read_text())
     found = {}
     for cell in nb["cells"]:
         source = "".join(cell["source"])
-        for name in re.findall(r"diagrams\.(\w+_diagram)\(", source):
+        for name in re.findall(r"diagrams\.(\w+_diagram)\b", source):
             assert cell["cell_type"] == "code", f"{chapter}: {name} is named in a markdown cell"
             found[name] = cell
     return found
@@ -157,25 +213,20 @@ def figure_cells(chapter: str) -> dict:
 
 @pytest.mark.parametrize("chapter", sorted(CHAPTERS))
 def test_chapter_shows_its_diagrams_with_alt_text_and_caption(chapter):
-    from IPython.display import SVG
-
     cells = figure_cells(chapter)
     assert sorted(cells) == sorted(CHAPTERS[chapter]), f"{chapter} shows {sorted(cells)}"
     for name, cell in cells.items():
         meta = cell["metadata"]
         assert "remove-input" in meta.get("tags", []), f"{chapter}/{name}: tag the cell remove-input"
-        alt = meta.get("mystnb", {}).get("image", {}).get("alt", "")
+        assert "image" not in meta.get("mystnb", {}), (
+            f"{chapter}/{name}: no mystnb.image options: the alt text is diagrams.ALT_TEXT, set by diagrams.show")
         caption = meta.get("mystnb", {}).get("figure", {}).get("caption", "")
-        assert len(alt) >= 150 and "(B, " in alt, f"{chapter}/{name}: alt text must describe the figure: {alt!r}"
-        assert "width" not in meta.get("mystnb", {}).get("image", {}), (
-            f"{chapter}/{name}: no width for the image: the label sizes are measured for its own size")
         assert caption.strip(), f"{chapter}/{name}: no caption"
         assert not cell["outputs"]
-        # the cell runs and its last expression is the SVG that the build shows
+        # the cell runs and its last expression is the picture that the build shows
         tree = ast.parse("".join(cell["source"]))
         assert isinstance(tree.body[-1], ast.Expr)
         namespace: dict = {}
         exec(compile(ast.Module(tree.body[:-1], type_ignores=[]), chapter, "exec"), namespace)  # noqa: S102 - the book's own cell
         shown = eval(compile(ast.Expression(tree.body[-1].value), chapter, "eval"), namespace)
-        assert isinstance(shown, SVG) and shown.data.startswith("<svg")          # IPython drops the XML header
-        assert svg_texts(shown.data) == svg_texts(diagrams.to_svg(diagrams.DIAGRAMS[name]()))
+        assert shown == diagrams.show(diagrams.DIAGRAMS[name])

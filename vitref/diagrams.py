@@ -2,13 +2,16 @@
 
 Each ``*_diagram()`` function returns a :class:`matplotlib.figure.Figure` (made without pyplot, so
 drawing one changes no global state); :func:`to_svg` renders it with its text kept as text, so the
-labels can be searched, selected and read by a screen reader. The chapters call them in cells whose
-input is hidden, and the test ``tests/test_diagrams.py`` checks their labels.
+labels can be searched, selected and read by a screen reader. Each draws two layouts: the page's
+(wide) and, with ``narrow=True``, a phone's. The chapters show both with :func:`show`, in cells whose
+input is hidden: one HTML ``<picture>`` from which the browser takes the drawing that fits the
+window; the test ``tests/test_diagrams.py`` checks their labels.
 
-Every label is set at :data:`SMALL` points or more, and a canvas is at most about 7.3 inches wide: the book
-shows each figure at its own size (1 pt = 4/3 CSS px) or scaled down to the text column, so every label is
-at least 11 px in the page's 720-px column and about 7.5 px or more on a 390-px phone
-(``tests/test_diagrams.py`` measures it). Fewer, larger labels: a long one is wrapped, not shrunk.
+Every label is set at :data:`SMALL` points or more. The book shows a drawing at its own size
+(1 pt = 4/3 CSS px) or scaled down to the text column. A wide drawing is at most about 7.3 inches wide,
+so every label is at least 11 px in the page's 720-px column; a narrow one is at most 4.5 inches wide,
+so every label is at least 11 px on a 360-px phone (``tests/test_diagrams.py`` measures both, and
+``tests/test_book.py`` in Chromium). Fewer, larger labels: a long one is wrapped, not shrunk.
 
 Shapes are written with the chapters' symbols: ``B`` batch, ``T`` queries (tokens), ``S`` keys,
 ``D`` model width, ``h`` heads, ``d_k`` width per head, ``N`` patches, ``P`` patch size, ``C``
@@ -20,7 +23,10 @@ Not imported by ``import vitref`` and not graded (it is not in :data:`vitref.GRA
 """
 from __future__ import annotations
 
+import base64
+import html
 import io
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import matplotlib
@@ -40,6 +46,9 @@ COLORS = {
     "cache": "#e6e6e6",       # values read from a cache
     "group": "#f7f7f7",       # the background of a repeated block
 }
+# The ViT figure's patches, in reading order.
+PATCH_SHADES = ["#7fa7c9", "#9dbdd6", "#bcd3e3", "#86b08b", "#a7c9a4", "#c8dfc3", "#d9a38b", "#e6bca7",
+                "#f0d4c6"]
 RESIDUAL = "#c0392b"          # residual connections
 LINE = "#333333"              # data flow
 SHAPE = "#555555"             # shape labels
@@ -194,29 +203,34 @@ def _group(c: Canvas, left: float, bottom: float, right: float, top: float, labe
     c.text(right - 0.12, bottom + 0.2, label, fontsize=FONT + 1, ha="right", color="#666666")
 
 
-def encoder_block_diagram() -> Figure:
-    """Chapter 5: the encoder block, post-LN (original Transformer) and pre-LN (ViT), side by side."""
-    c = Canvas(6.5, 6.3)
+def encoder_block_diagram(narrow: bool = False) -> Figure:
+    """Chapter 5: the encoder block, post-LN (original Transformer) and pre-LN (ViT), side by side, or
+    (``narrow``) post-LN above pre-LN."""
+    c = Canvas(3.6, 11.9) if narrow else Canvas(6.5, 6.3)
+    places = [(1.85, 6.75), (1.85, 1.15)] if narrow else [(1.7, 1.15), (4.85, 1.15)]
     post = [("Multi-head attention", "attention"), "+", ("LayerNorm", "norm"),
             ("MLP", "mlp"), "+", ("LayerNorm", "norm")]
     pre = [("LayerNorm", "norm"), ("Multi-head attention", "attention"), "+",
            ("LayerNorm", "norm"), ("MLP", "mlp"), "+"]
-    for cx, title, steps, residuals in [(1.7, "Post-LN\n(original Transformer)", post, [(0, 1), (3, 4)]),
-                                        (4.85, "Pre-LN\n(ViT, GPT-2)", pre, [(0, 2), (3, 5)])]:
-        boxes, out = _stack(c, cx, 1.15, steps, residuals, width=2.2)
-        _group(c, cx - 1.55, 0.85, cx + 1.5, boxes[-1].top[1] + 0.13)
+    blocks = [("Post-LN\n(original Transformer)", post, [(0, 1), (3, 4)]),
+              ("Pre-LN\n(ViT, GPT-2)", pre, [(0, 2), (3, 5)])]
+    for (cx, y0), (title, steps, residuals) in zip(places, blocks):
+        boxes, out = _stack(c, cx, y0, steps, residuals, width=2.2)
+        _group(c, cx - 1.55, y0 - 0.3, cx + 1.5, boxes[-1].top[1] + 0.13)
         c.title(cx, out[1] + 0.4, title)
-    c.text(3.25, 0.1, "red: residual connections (the identity path)", fontsize=SMALL, color=SHAPE, va="bottom")
+    note = "red: residual connections" + ("\n" if narrow else " ") + "(the identity path)"
+    c.text(c.figure.get_figwidth() / 2, 0.1, note, fontsize=SMALL, color=SHAPE, va="bottom")
     return c.figure
 
 
-def scaled_dot_product_attention_diagram() -> Figure:
-    """Chapter 3: softmax(Q Kᵀ / √d_k + mask) V, with the shape after each step."""
-    c = Canvas(5.6, 6.4)
-    cx, w, h = 2.3, 2.5, 0.46                    # the column of steps; inputs enter at +-0.6 of its centre
+def scaled_dot_product_attention_diagram(narrow: bool = False) -> Figure:
+    """Chapter 3: softmax(Q Kᵀ / √d_k + mask) V, with the shape after each step. ``narrow``: V's
+    column moved in, for a phone's column (the same steps and labels)."""
+    c = Canvas(4.5 if narrow else 5.6, 6.4)
+    cx, w, h = 2.15 if narrow else 2.3, 2.5, 0.46  # the column of steps; inputs enter at +-0.6 of its centre
     q = c.box(cx - 0.6, 0.45, 1.0, 0.42, "Q", "tensor", bold=True)
     k = c.box(cx + 0.6, 0.45, 1.0, 0.42, "K", "tensor", bold=True)
-    v = c.box(4.5, 0.45, 1.0, 0.42, "V", "tensor", bold=True)
+    v = c.box(3.9 if narrow else 4.5, 0.45, 1.0, 0.42, "V", "tensor", bold=True)
     for box, shape in ((q, "(B, T, d_k)"), (k, "(B, S, d_k)"), (v, "(B, S, d_v)")):
         c.shape(box.cx, 0.08, shape, ha="center")
     mm1 = c.box(cx, 1.45, w, h, "MatMul  Q Kᵀ", "op")
@@ -237,8 +251,11 @@ def scaled_dot_product_attention_diagram() -> Figure:
     return c.figure
 
 
-def multi_head_attention_diagram() -> Figure:
-    """Chapter 4: multi-head attention's data flow, with the tensor shapes between the steps."""
+def multi_head_attention_diagram(narrow: bool = False) -> Figure:
+    """Chapter 4: multi-head attention's data flow, with the tensor shapes between the steps.
+    ``narrow``: the three lanes closer together, one box splitting all three into heads."""
+    if narrow:
+        return _multi_head_attention_narrow()
     c = Canvas(7.1, 7.35)
     lanes = {"Q": 1.25, "K": 3.45, "V": 5.65}
     w, h, kind_in = 1.95, 0.44, {"Q": "(B, T, D)", "K": "(B, S, D)", "V": "(B, S, D)"}
@@ -274,18 +291,64 @@ def multi_head_attention_diagram() -> Figure:
     return c.figure
 
 
-def vit_diagram() -> Figure:
-    """Chapters 6 and 7: image -> patches -> linear projection -> class token and positions ->
-    L encoder blocks -> LayerNorm -> head on the class token."""
-    c = Canvas(7.3, 6.6)
-    # the image, cut into a 3 x 3 grid of patches (the figure's stand-in for N patches)
-    g, side, x0, y0 = 3, 1.2, 0.1, 0.35
-    shades = ["#7fa7c9", "#9dbdd6", "#bcd3e3", "#86b08b", "#a7c9a4", "#c8dfc3", "#d9a38b", "#e6bca7", "#f0d4c6"]
+def _multi_head_attention_narrow() -> Figure:
+    """:func:`multi_head_attention_diagram` for a phone's column: lanes 1.5 in apart, the shapes of the
+    projections given at the inputs (a linear map keeps them)."""
+    c = Canvas(4.5, 8.0)
+    lanes = {"Q": 0.75, "K": 2.25, "V": 3.75}
+    w, h = 1.4, 0.44
+    x_in = c.box(lanes["Q"], 0.8, 1.0, 0.42, "x", "tensor", bold=True)
+    c.shape(x_in.cx, x_in.bottom[1] - 0.17, "(B, T, D)", ha="center")
+    ctx = c.box(3.0, 0.8, 1.3, 0.42, "context", "tensor", bold=True)
+    c.shape(ctx.cx, ctx.bottom[1] - 0.17, "(B, S, D)", ha="center")
+    c.text(2.25, 0.0, "self-attention: context = x, S = T", fontsize=SMALL, color=SHAPE, va="bottom")
+    proj = {name: c.box(x, 1.75, w, h, f"Linear  W_{name}", "linear") for name, x in lanes.items()}
+    c.arrow(x_in.top, proj["Q"].bottom)
+    for name in ("K", "V"):
+        c.path([ctx.top, (ctx.cx, 1.27), (lanes[name], 1.27), proj[name].bottom])
+    split = c.box(2.25, 2.6, 4.3, h, "split into h heads", "op")
+    for x in lanes.values():
+        c.arrow((x, proj["Q"].top[1]), (x, split.bottom[1]))
+    scores = c.box(1.3, 3.75, 2.1, h, "Q Kᵀ / √d_k", "op")
+    c.arrow((lanes["Q"], split.top[1]), (lanes["Q"], scores.bottom[1]), label="Q (B, h, T, d_k)")
+    c.arrow((lanes["K"], split.top[1]), (lanes["K"], scores.bottom[1]), label="K (B, h, S, d_k)")
+    soft = c.box(1.3, 4.75, 2.1, 0.6, "softmax over S\n(+ mask)", "op")
+    c.arrow(scores.top, soft.bottom, label="scores (B, h, T, S)")
+    mix = c.box(2.45, 5.75, 3.4, h, "weights · V", "op")
+    c.arrow(soft.top, (soft.cx, mix.bottom[1]), label="weights (B, h, T, S)")
+    c.arrow((lanes["V"], split.top[1]), (lanes["V"], mix.bottom[1]))
+    c.shape(lanes["V"] - 0.08, scores.cy, "V\n(B, h, S, d_k)", ha="right")
+    merge = c.box(2.45, 6.55, 2.2, h, "merge heads", "op")
+    c.arrow(mix.top, merge.bottom, label="(B, h, T, d_k)")
+    out = c.box(2.45, 7.35, 2.2, h, "Linear  W_O", "linear")
+    c.arrow(merge.top, out.bottom, label="(B, T, h·d_k)\n= (B, T, D)")
+    c.arrow(out.top, (out.cx, 7.95), label="output (B, T, D)")
+    c.text(0.05, 7.85, "Multi-head\nattention", fontsize=TITLE, weight="bold", ha="left", va="top")
+    c.text(0.05, 7.2, "h heads of width\nd_k = D / h,\nall at once", fontsize=SMALL, ha="left", va="top",
+           color=SHAPE)
+    return c.figure
+
+
+def _image_grid(c: Canvas, g: int, side: float, x0: float, y0: float) -> None:
+    """An image ``side`` inches square, its bottom-left corner at ``(x0, y0)``, cut into g x g patches
+    shaded as :data:`PATCH_SHADES` in reading order."""
     cell = side / g
     for i in range(g):
         for j in range(g):
             c.ax.add_patch(Rectangle((x0 + j * cell, y0 + (g - 1 - i) * cell), cell, cell,
-                                     fc=shades[i * g + j], ec="white", lw=1.5, zorder=2))
+                                     fc=PATCH_SHADES[i * g + j], ec="white", lw=1.5, zorder=2))
+
+
+def vit_diagram(narrow: bool = False) -> Figure:
+    """Chapters 6 and 7: image -> patches -> linear projection -> class token and positions ->
+    L encoder blocks -> LayerNorm -> head on the class token. ``narrow``: four patches, not nine."""
+    if narrow:
+        return _vit_narrow()
+    c = Canvas(7.3, 6.6)
+    # the image, cut into a 3 x 3 grid of patches (the figure's stand-in for N patches)
+    g, side, x0, y0 = 3, 1.2, 0.1, 0.35
+    shades = PATCH_SHADES
+    _image_grid(c, g, side, x0, y0)
     c.shape(x0, y0 + side + 0.2, "image (B, C, H, W)")
     # one column per token: the class token's, then (a little apart) the N patches' in reading order
     pw, pitch, cls_x = 0.4, 0.5, 2.25
@@ -336,60 +399,188 @@ def vit_diagram() -> Figure:
     return c.figure
 
 
-def decoder_block_diagram() -> Figure:
-    """Chapter 8: a pre-LN decoder block, masked self-attention then cross-attention to the encoder."""
-    c = Canvas(7.0, 7.2)
-    cx = 2.9
-    steps = [("LayerNorm", "norm"), ("Masked multi-head attention", "attention"), "+",
-             ("LayerNorm", "norm"), ("Multi-head cross-attention", "attention"), "+",
+def _vit_narrow() -> Figure:
+    """:func:`vit_diagram` for a phone's column: a 2 x 2 grid of patches, the long labels wrapped."""
+    c = Canvas(4.5, 7.0)
+    g, side, x0, y0 = 2, 0.9, 0.1, 0.35
+    _image_grid(c, g, side, x0, y0)
+    c.shape(x0, y0 + side + 0.35, "image\n(B, C, H, W)")
+    pw, pitch, cls_x = 0.4, 0.55, 1.55
+    patch_x = [cls_x + 0.85 + k * pitch for k in range(g * g)]
+    token_x = [cls_x, *patch_x]
+    left = cls_x - pw / 2
+    c.arrow((x0 + side + 0.05, 0.55), (patch_x[0] - pw / 2 - 0.05, 0.55))
+    c.text((x0 + side + patch_x[0] - pw / 2) / 2, 1.0, "N = HW/P²\npatches", fontsize=SMALL, color=SHAPE)
+    for k, x in enumerate(patch_x):
+        c.ax.add_patch(Rectangle((x - pw / 2, 0.35), pw, 0.4, fc=PATCH_SHADES[k], ec=LINE, lw=0.8, zorder=2))
+        c.text(x, 0.55, str(k + 1), fontsize=SMALL)
+    c.shape(x0 + side + 0.1, 0.12, "flattened patches (B, N, P²·C)")
+    proj = c.box((patch_x[0] + patch_x[-1]) / 2, 1.5, 2.3, 0.6, "Linear projection E\n(P²·C → D)", "linear")
+    for x in patch_x:
+        c.arrow((x, 0.75), (x, proj.bottom[1]), lw=0.9)
+    ty, py = 2.65, 3.35
+    for k, x in enumerate(token_x):
+        c.box(x, ty, pw, 0.38, "CLS" if k == 0 else "", "attention" if k == 0 else "embed", fontsize=SMALL,
+              rounded=False)
+        c.text(x, (ty + py) / 2 - 0.01, "+", fontsize=FONT)
+        c.box(x, py, pw, 0.3, str(k), "norm", fontsize=SMALL, rounded=False)
+        if k:
+            c.arrow((x, proj.top[1]), (x, ty - 0.19), lw=0.9)
+    c.text(cls_x, ty - 0.28, "learned\nclass token", fontsize=SMALL, color=SHAPE, va="top")
+    c.text(left - 0.12, ty, "tokens", fontsize=SMALL, ha="right", color=SHAPE)
+    c.text(left - 0.12, py, "+ positions\nE_pos", fontsize=SMALL, ha="right", color=SHAPE)
+    enc = c.box(2.25, 4.5, 4.3, 0.85, "", "attention")
+    c.text(enc.cx, enc.cy + 0.2, "Transformer encoder: L pre-LN blocks", fontsize=FONT, weight="bold")
+    c.text(enc.cx, enc.cy - 0.18, "(LayerNorm, attention, +,\nLayerNorm, MLP, +)", fontsize=SMALL)
+    for x in token_x:
+        c.arrow((x, py + 0.15), (x, enc.bottom[1]), lw=0.9)
+    c.shape(left - 0.12, (py + 0.15 + enc.bottom[1]) / 2, "(B, N+1, D)", ha="right")
+    for x in patch_x:
+        c.ax.plot([x, x], [enc.top[1], enc.top[1] + 0.16], color="#999999", lw=0.9, zorder=1)
+    c.text(4.45, enc.top[1] + 0.5, "patch outputs:\nnot used\nby the head", fontsize=SMALL, color="#666666",
+           ha="right")
+    norm = c.box(cls_x, 5.75, 1.5, 0.42, "LayerNorm", "norm")
+    c.arrow((cls_x, enc.top[1]), norm.bottom)
+    c.shape(cls_x - 0.1, (enc.top[1] + norm.bottom[1]) / 2, "token 0: (B, D)", ha="right")
+    head = c.box(cls_x, 6.5, 1.5, 0.42, "Linear head", "mlp")
+    c.arrow(norm.top, head.bottom)
+    c.arrow(head.right, (head.right[0] + 0.35, head.cy))
+    c.shape(head.right[0] + 0.4, head.cy, "class scores\n(B, classes)")
+    c.text(4.45, 6.85, "Vision Transformer (ViT)", fontsize=TITLE, weight="bold", ha="right")
+    return c.figure
+
+
+def decoder_block_diagram(narrow: bool = False) -> Figure:
+    """Chapter 8: a pre-LN decoder block, masked self-attention then cross-attention to the encoder.
+    ``narrow``: narrower boxes, their long names on two lines."""
+    c = Canvas(4.5, 7.95) if narrow else Canvas(7.0, 7.2)
+    cx, enc_x, width, height = (1.55, 3.7, 1.9, 0.56) if narrow else (2.9, 6.0, 2.9, 0.4)
+    wrap = "\n" if narrow else " "
+    steps = [("LayerNorm", "norm"), (f"Masked multi-head{wrap}attention", "attention"), "+",
+             ("LayerNorm", "norm"), (f"Multi-head{wrap}cross-attention", "attention"), "+",
              ("LayerNorm", "norm"), ("MLP", "mlp"), "+"]
-    boxes, out = _stack(c, cx, 0.95, steps, [(0, 2), (3, 5), (6, 8)], width=2.9, height=0.4, gap=0.2)
-    _group(c, cx - 1.95, 0.68, cx + 1.75, boxes[-1].top[1] + 0.12)
+    boxes, out = _stack(c, cx, 0.95, steps, [(0, 2), (3, 5), (6, 8)], width=width, height=height, gap=0.2)
+    _group(c, cx - width / 2 - 0.5, 0.68, cx + width / 2 + 0.3, boxes[-1].top[1] + 0.12)
     cross = boxes[4]
-    enc = c.box(6.0, cross.cy - 0.8, 1.6, 0.5, "encoder output", "tensor", bold=True)
+    enc = c.box(enc_x, cross.cy - 0.8, 1.4 if narrow else 1.6, 0.5, f"encoder{wrap}output",
+                "tensor", bold=True)
     c.shape(enc.cx, enc.bottom[1] - 0.16, "(B, S, D)", ha="center")
     c.path([enc.top, (enc.cx, cross.cy), cross.right])
     c.text((cross.right[0] + enc.cx) / 2 + 0.1, cross.cy + 0.18, "keys, values", fontsize=SMALL, color=SHAPE)
-    c.shape(cross.right[0] + 0.1, cross.cy - 0.2, "weights (B, h, T, S)")
+    c.shape(cross.right[0] + 0.1, cross.cy - 0.2 - 0.1 * narrow, f"weights{wrap}(B, h, T, S)")
     c.text(boxes[1].right[0] + 0.12, boxes[1].cy, "causal: token t sees\ntokens 0 … t only", fontsize=SMALL,
            ha="left", color=SHAPE)
     c.title(cx, out[1] + 0.3, "Decoder block (pre-LN)")
     return c.figure
 
 
-def kv_cache_diagram(steps: int = 4) -> Figure:
+KV_PITCH, KV_FIRST, KV_ROW = 1.5, 1.95, 5.3   # steps' distance; the first step's K column; a row's height
+
+
+def kv_cache_diagram(steps: int = 4, narrow: bool = False) -> Figure:
     """Chapter 8: generation with a KV cache. Each step computes the new token's query, key and value,
-    appends the key and value to the cache, and attends from one query over all cached keys."""
-    pitch, first = 1.5, 1.95
-    c = Canvas(first + pitch * (steps - 1) + 0.85, 5.9)
-    cw, ch, base = 0.36, 0.28, 2.1                  # a cache row's width and height; the caches' bottom
+    appends the key and value to the cache, and attends from one query over all cached keys. The steps
+    side by side, or (``narrow``) two to a row, the first row on top."""
+    per_row = 2 if narrow else steps
+    rows = -(-steps // per_row)
+    lift = 0.2 if narrow else 0.0                   # room for the three-line legend below
+    c = Canvas(KV_FIRST + KV_PITCH * (per_row - 1) + 0.85, 5.9 + lift + KV_ROW * (rows - 1))
+    row_dy = [lift + KV_ROW * (rows - 1 - r) for r in range(rows)]
     for s in range(steps):
-        t, x = s + 1, first + pitch * s             # x: the K column; V at x + 0.44, the query at x - 0.5
-        mid = x + 0.1
-        c.title(mid, 5.6, f"step t = {t}", fontsize=FONT)
-        tok = c.box(mid, 0.75, 1.1, 0.38, f"token {t}", "embed")
-        proj = c.box(mid, 1.5, 1.3, 0.38, "W_Q  W_K  W_V", "linear", fontsize=SMALL)
-        c.arrow(tok.top, proj.bottom)
-        top = base + steps * ch                      # the caches hang from here, the newest row lowest
-        for col, name in ((x, "K"), (x + 0.44, "V")):
-            for i in range(t):
-                c.box(col, top - (i + 0.5) * ch, cw, ch, f"{name.lower()}{i + 1}",
-                      "attention" if i == t - 1 else "cache", fontsize=SMALL, rounded=False)
-            c.arrow((col, proj.top[1]), (col, top - t * ch), lw=0.9)
-            c.arrow((col, top), (col, 3.6), lw=0.9)
-        q = c.box(x - 0.5, top - (t - 0.5) * ch, cw, ch, f"q{t}", "attention", fontsize=SMALL, rounded=False)
-        c.arrow((q.cx, proj.top[1]), q.bottom, lw=0.9)
-        att = c.box(mid, 3.85, 1.3, 0.5, "attend over\nt keys", "op", fontsize=SMALL)
-        c.arrow(q.top, (q.cx, att.bottom[1]), lw=0.9)
-        out = c.box(mid, 4.85, 1.1, 0.38, f"token {t + 1}", "embed")
-        c.arrow(att.top, out.bottom)
-    for y, text in [(0.75, "new token\n(B, 1, D)"), (1.5, "projections"),
-                    (base + steps * ch / 2, "query, and\nthe cache\nK, V:\n(B, h, t, d_k)"),
-                    (3.85, "scores\n(B, h, 1, t)"), (4.85, "next token")]:
-        c.text(0.08, y, text, fontsize=SMALL, ha="left", color=SHAPE)
-    c.text(c.figure.get_figwidth() / 2, 0.04, "grey: keys and values read from the cache (earlier steps)\n"
-           "orange: computed at this step", fontsize=SMALL, color=SHAPE, va="bottom")
+        _kv_step(c, s, KV_FIRST + KV_PITCH * (s % per_row), row_dy[s // per_row], steps)
+    for dy in row_dy:
+        _kv_row_labels(c, dy, steps)
+    legend = ("grey: keys and values read\nfrom the cache (earlier steps)\n" if narrow
+              else "grey: keys and values read from the cache (earlier steps)\n")
+    c.text(c.figure.get_figwidth() / 2, 0.04, legend + "orange: computed at this step", fontsize=SMALL,
+           color=SHAPE, va="bottom")
     return c.figure
+
+
+def _kv_step(c: Canvas, s: int, x: float, dy: float, steps: int) -> None:
+    """Step ``s`` (from 0) of :func:`kv_cache_diagram`: its K column at ``x``, raised by ``dy``."""
+    cw, ch, base = 0.36, 0.28, 2.1 + dy             # a cache row's width and height; the caches' bottom
+    t, mid = s + 1, x + 0.1                         # V at x + 0.44, the query at x - 0.5
+    c.title(mid, 5.6 + dy, f"step t = {t}", fontsize=FONT)
+    tok = c.box(mid, 0.75 + dy, 1.1, 0.38, f"token {t}", "embed")
+    proj = c.box(mid, 1.5 + dy, 1.3, 0.38, "W_Q  W_K  W_V", "linear", fontsize=SMALL)
+    c.arrow(tok.top, proj.bottom)
+    top = base + steps * ch                          # the caches hang from here, the newest row lowest
+    for col, name in ((x, "K"), (x + 0.44, "V")):
+        for i in range(t):
+            c.box(col, top - (i + 0.5) * ch, cw, ch, f"{name.lower()}{i + 1}",
+                  "attention" if i == t - 1 else "cache", fontsize=SMALL, rounded=False)
+        c.arrow((col, proj.top[1]), (col, top - t * ch), lw=0.9)
+        c.arrow((col, top), (col, 3.6 + dy), lw=0.9)
+    q = c.box(x - 0.5, top - (t - 0.5) * ch, cw, ch, f"q{t}", "attention", fontsize=SMALL, rounded=False)
+    c.arrow((q.cx, proj.top[1]), q.bottom, lw=0.9)
+    att = c.box(mid, 3.85 + dy, 1.3, 0.5, "attend over\nt keys", "op", fontsize=SMALL)
+    c.arrow(q.top, (q.cx, att.bottom[1]), lw=0.9)
+    out = c.box(mid, 4.85 + dy, 1.1, 0.38, f"token {t + 1}", "embed")
+    c.arrow(att.top, out.bottom)
+
+
+def _kv_row_labels(c: Canvas, dy: float, steps: int) -> None:
+    """The names of a row of :func:`kv_cache_diagram`'s steps, at its left."""
+    middle = 2.1 + steps * 0.28 / 2                  # the caches' middle
+    for y, text in [(0.75, "new token\n(B, 1, D)"), (1.5, "projections"),
+                    (middle, "query, and\nthe cache\nK, V:\n(B, h, t, d_k)"),
+                    (3.85, "scores\n(B, h, 1, t)"), (4.85, "next token")]:
+        c.text(0.08, y + dy, text, fontsize=SMALL, ha="left", color=SHAPE)
+
+
+# What each diagram shows, in words: the alt text of its image in the book, the same for both drawings.
+ALT_TEXT = {
+    "scaled_dot_product_attention_diagram": (
+        "Flow chart of scaled dot-product attention, read from the bottom up: Q of shape (B, T, d_k) and K "
+        "of shape (B, S, d_k) enter a matrix product Q times K transposed, giving scores of shape (B, T, "
+        "S); the scores are divided by the square root of d_k, an optional mask sets blocked scores to "
+        "minus infinity, and a softmax over S turns them into weights of shape (B, T, S); a second matrix "
+        "product of the weights with V, of shape (B, S, d_v), gives the output of shape (B, T, d_v)."
+    ),
+    "multi_head_attention_diagram": (
+        "Flow chart of multi-head attention, read from the bottom up: the input x of shape (B, T, D) goes "
+        "through the linear map W_Q, and the context of shape (B, S, D), which is x itself in "
+        "self-attention, through W_K and W_V; each result is split into h heads, giving Q (B, h, T, d_k), K "
+        "(B, h, S, d_k) and V (B, h, S, d_k); Q times K transposed over the square root of d_k gives scores "
+        "(B, h, T, S); a softmax over S, with an optional mask, gives the weights; the weights times V give "
+        "(B, h, T, d_k); merging the heads gives (B, T, h times d_k), which is (B, T, D); the linear map "
+        "W_O gives the output (B, T, D)."
+    ),
+    "encoder_block_diagram": (
+        "Two encoder blocks, read from the bottom up, each repeated L times, with input and output of shape "
+        "(B, T, D). First, post-LN as in the original Transformer: multi-head attention, add the residual, "
+        "LayerNorm, MLP, add the residual, LayerNorm; both LayerNorms sit on the main path. Then pre-LN as "
+        "in ViT and GPT-2: LayerNorm, multi-head attention, add the residual, LayerNorm, MLP, add the "
+        "residual; the red residual lines bypass the LayerNorms, so the identity path runs uninterrupted "
+        "from input to output."
+    ),
+    "vit_diagram": (
+        "The Vision Transformer, read from the bottom up: an image of shape (B, C, H, W) is cut into N = "
+        "HW/P² patches, nine or four in the drawing; the flattened patches (B, N, P²·C) go through one "
+        "shared linear projection E to width D; a learned class token is put in front, and each of the N+1 "
+        "tokens is added to its row, 0 to N, of the position table E_pos, giving (B, N+1, D); the "
+        "Transformer encoder of L pre-LN blocks keeps that shape; only the class token's output, token 0 of "
+        "shape (B, D), goes through a final LayerNorm and a linear head to the class scores (B, classes); "
+        "the patch tokens' outputs are not used by the classifier."
+    ),
+    "decoder_block_diagram": (
+        "A pre-LN decoder block, read from the bottom up and repeated L times, with input and output of "
+        "shape (B, T, D): LayerNorm, masked multi-head self-attention (causal: token t sees tokens 0 to t "
+        "only), add the residual; LayerNorm, multi-head cross-attention whose queries come from the decoder "
+        "and whose keys and values come from the encoder output of shape (B, S, D), with weights (B, h, T, "
+        "S), add the residual; LayerNorm, MLP, add the residual. Red lines are the three residual "
+        "connections."
+    ),
+    "kv_cache_diagram": (
+        "Four generation steps with a KV cache. At step t one new token of shape (B, 1, D) goes through "
+        "W_Q, W_K and W_V, giving one query q_t, one key k_t and one value v_t; k_t and v_t are appended to "
+        "the cache, which then holds t keys and t values of shape (B, h, t, d_k) each, drawn in grey where "
+        "they were computed at earlier steps and read back, in orange where computed at this step. The "
+        "query attends over the t keys, scores of shape (B, h, 1, t), and the result predicts token t+1, "
+        "the input of the next step."
+    ),
+}
 
 
 # Every diagram, by name: what the chapters and tests/test_diagrams.py use.
@@ -402,4 +593,43 @@ DIAGRAMS = {
     "kv_cache_diagram": kv_cache_diagram,
 }
 
-__all__ = ["Box", "Canvas", "COLORS", "DIAGRAMS", "to_svg", *DIAGRAMS]
+
+# The page shows a diagram's narrow drawing in a window at most this wide (CSS px), its wide one above.
+# The narrow drawings are at most 4.5 in (432 px) wide, so their labels (11 pt and up) keep at least 11 px
+# in the 328-px column of a 360-px phone; the wide ones, at most 7.3 in (701 px), keep 11 px in a column
+# of 525 px or more, which a window wider than 600 px has (tests/test_book.py measures both in Chromium).
+NARROW_MEDIA = "(max-width: 600px)"
+
+
+def _data_uri(svg: str) -> str:
+    return "data:image/svg+xml;base64," + base64.b64encode(svg.encode("utf-8")).decode("ascii")
+
+
+@dataclass(frozen=True)
+class ResponsiveDiagram:
+    """A diagram drawn twice, for the page's column and for a phone's, shown as one HTML ``<picture>``:
+    the browser picks the drawing by the window's width (:data:`NARROW_MEDIA`), with no script, and
+    the one ``<img>`` carries the alt text, so a screen reader reads it once."""
+
+    wide_svg: str
+    narrow_svg: str
+    alt: str
+
+    def _repr_html_(self) -> str:
+        return (f'<picture class="vitref-diagram"><source media="{NARROW_MEDIA}" '
+                f'srcset="{_data_uri(self.narrow_svg)}">'
+                f'<img src="{_data_uri(self.wide_svg)}" alt="{html.escape(self.alt, quote=True)}"></picture>')
+
+
+def show(draw: Callable[..., Figure]) -> ResponsiveDiagram:
+    """What a chapter's figure cell ends with: ``draw`` (one of :data:`DIAGRAMS`) drawn wide and narrow,
+    with its :data:`ALT_TEXT`."""
+    name = getattr(draw, "__name__", "")
+    if DIAGRAMS.get(name) is not draw:
+        raise ValueError(f"show() takes one of vitref.diagrams' drawing functions ({', '.join(DIAGRAMS)}); "
+                         f"got {draw!r}")
+    return ResponsiveDiagram(to_svg(draw()), to_svg(draw(narrow=True)), ALT_TEXT[name])
+
+
+__all__ = ["ALT_TEXT", "Box", "Canvas", "COLORS", "DIAGRAMS", "NARROW_MEDIA", "ResponsiveDiagram", "show", "to_svg",
+           *DIAGRAMS]
