@@ -41,17 +41,9 @@ def _run_patches(answer, case, rec):
     images = rec.tensor(I.randn(p["shape"], p["seed"]), dtype=p.get("dtype"))   # (B, C, H, W)
     rec.output("patches", rec.call(answer, images, p["patch_size"]))
 
-register(Question(
-    id="patches",
-    chapter="01_tokens",
-    title="Image to patches",
-    points=2,
-    answer_name="image_to_patches",
-    kind="function",
-    cases=PATCH_CASES,
-    run_case=_run_patches,
-    outputs={"patches": "(B, N, P*P*C)"},
-))
+register(Question(id="patches", chapter="01_tokens", title="Image to patches", points=2,
+                  answer_name="image_to_patches", kind="function", cases=PATCH_CASES, run_case=_run_patches,
+                  outputs={"patches": "(B, N, P*P*C)"}))
 
 # --------------------------------------------------------------------------- embedding lookup
 
@@ -77,15 +69,6 @@ def _run_embed(answer, case, rec):
     weight = rec.tensor(I.randn((p["vocab"], p["dim"]), p["seed"]), dtype=p.get("dtype"))   # (V, D)
     rec.output("embeddings", rec.call(answer, token_ids, weight))
 
-register(Question(
-    id="embedding_lookup",
-    chapter="01_tokens",
-    title="Embedding lookup as one-hot x W",
-    points=1,
-    answer_name="embed",
-    kind="function",
-    cases=EMBED_CASES,
-    run_case=_run_embed,
-    forbidden=("embedding",),
-    outputs={"embeddings": "(..., D)"},
-))
+register(Question(id="embedding_lookup", chapter="01_tokens", title="Embedding lookup as one-hot x W", points=1,
+                  answer_name="embed", kind="function", cases=EMBED_CASES, run_case=_run_embed,
+                  forbidden=("embedding",), outputs={"embeddings": "(..., D)"}))

@@ -74,18 +74,9 @@ def _run_softmax(answer, case, rec):
     out = rec.call(answer, x) if p["dim"] is None else rec.call(answer, x, p["dim"])
     rec.output("softmax", out)
 
-register(Question(
-    id="softmax",
-    chapter="03_attention",
-    title="Numerically stable softmax",
-    points=1,
-    answer_name="softmax",
-    kind="function",
-    cases=SOFTMAX_CASES,
-    run_case=_run_softmax,
-    forbidden=("softmax",),
-    outputs={"softmax": "the shape of x"},
-))
+register(Question(id="softmax", chapter="03_attention", title="Numerically stable softmax", points=1,
+                  answer_name="softmax", kind="function", cases=SOFTMAX_CASES, run_case=_run_softmax,
+                  forbidden=("softmax",), outputs={"softmax": "the shape of x"}))
 
 # --------------------------------------------------------------------------- attention
 
@@ -122,18 +113,10 @@ def _run_attention(answer, case, rec):
     rec.output("out", out)
     rec.output("weights", weights)
 
-register(Question(
-    id="attention",
-    chapter="03_attention",
-    title="Scaled dot-product attention",
-    points=3,
-    answer_name="scaled_dot_product_attention",
-    kind="function",
-    cases=ATTENTION_CASES,
-    run_case=_run_attention,
-    forbidden=("attention",),
-    outputs={"out": "(..., T, d_v)", "weights": "(..., T, S)"},
-))
+register(Question(id="attention", chapter="03_attention", title="Scaled dot-product attention", points=3,
+                  answer_name="scaled_dot_product_attention", kind="function", cases=ATTENTION_CASES,
+                  run_case=_run_attention, forbidden=("attention",),
+                  outputs={"out": "(..., T, d_v)", "weights": "(..., T, S)"}))
 
 # --------------------------------------------------------------------------- attention head
 
@@ -171,15 +154,6 @@ def _run_head(answer, case, rec):
         upstream = rec.tensor(I.randn((*p["x"][:2], p["head_dim"]), p["seed"] + 7))     # (B, T, head_dim)
         rec.grads(out, upstream, {"x": x}, head, params=bool(p.get("param_grads")))
 
-register(Question(
-    id="attention_head",
-    chapter="03_attention",
-    title="One attention head",
-    points=2,
-    answer_name="AttentionHead",
-    kind="class",
-    cases=HEAD_CASES,
-    run_case=_run_head,
-    forbidden=("attention",),
-    outputs={"out": "(B, T, head_dim)", "weights": "(B, T, T)"},
-))
+register(Question(id="attention_head", chapter="03_attention", title="One attention head", points=2,
+                  answer_name="AttentionHead", kind="class", cases=HEAD_CASES, run_case=_run_head,
+                  forbidden=("attention",), outputs={"out": "(B, T, head_dim)", "weights": "(B, T, T)"}))

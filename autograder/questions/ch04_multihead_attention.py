@@ -112,18 +112,9 @@ def _run_mha(answer, case, rec):
     module = _build_mha(rec, answer, p, heads=p["h"])
     _forward_mha(rec, module, p)
 
-register(Question(
-    id="q5",
-    chapter="04_multihead_attention",
-    title="Q5 multi-head attention (einsum + rearrange)",
-    points=3,
-    answer_name="MultiHeadAttention",
-    kind="class",
-    cases=MHA_CASES,
-    run_case=_run_mha,
-    forbidden=("attention",),
-    outputs={"out": "(B, N, E)"},
-))
+register(Question(id="q5", chapter="04_multihead_attention", title="Q5 multi-head attention (einsum + rearrange)",
+                  points=3, answer_name="MultiHeadAttention", kind="class", cases=MHA_CASES, run_case=_run_mha,
+                  forbidden=("attention",), outputs={"out": "(B, N, E)"}))
 
 # --------------------------------------------------------------------------- loop of heads
 
@@ -149,15 +140,7 @@ def _run_loop(answer, case, rec):
     module = _build_mha(rec, answer, p, heads=p["h"], head_width=p["E"])
     _forward_mha(rec, module, p, return_attention=bool(p.get("attention")), with_flag=True)
 
-register(Question(
-    id="mha_loop",
-    chapter="04_multihead_attention",
-    title="Multi-head attention as a loop of heads",
-    points=2,
-    answer_name="MultiHeadAttentionLoop",
-    kind="class",
-    cases=LOOP_CASES,
-    run_case=_run_loop,
-    forbidden=("attention",),
-    outputs={"out": "(B, N, E)", "weights": "(B, h, N, N)"},
-))
+register(Question(id="mha_loop", chapter="04_multihead_attention", title="Multi-head attention as a loop of heads",
+                  points=2, answer_name="MultiHeadAttentionLoop", kind="class", cases=LOOP_CASES,
+                  run_case=_run_loop, forbidden=("attention",),
+                  outputs={"out": "(B, N, E)", "weights": "(B, h, N, N)"}))

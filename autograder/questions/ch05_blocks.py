@@ -93,17 +93,9 @@ def _run_q6(answer, case, rec):
         upstream = rec.tensor(I.randn(p["x"], p["seed"] + 7))
         rec.grads(out, upstream, {"x": x}, module, params=bool(p.get("param_grads")))
 
-register(Question(
-    id="q6",
-    chapter="05_blocks",
-    title="Q6 residual connection (ResidualAdd)",
-    points=1,
-    answer_name="ResidualAdd",
-    kind="class",
-    cases=Q6_CASES,
-    run_case=_run_q6,
-    outputs={"out": "the shape of x"},
-))
+register(Question(id="q6", chapter="05_blocks", title="Q6 residual connection (ResidualAdd)", points=1,
+                  answer_name="ResidualAdd", kind="class", cases=Q6_CASES, run_case=_run_q6,
+                  outputs={"out": "the shape of x"}))
 
 # --------------------------------------------------------------------------- Q7 feed-forward
 
@@ -185,17 +177,9 @@ def _run_q7(answer, case, rec):
     rec.output("out", out)
     _backward(rec, p, module, x, out)
 
-register(Question(
-    id="q7",
-    chapter="05_blocks",
-    title="Q7 feed-forward block (FeedForwardBlock)",
-    points=1,
-    answer_name="FeedForwardBlock",
-    kind="class",
-    cases=Q7_CASES,
-    run_case=_run_q7,
-    outputs={"out": "(B, N, emb_size)"},
-))
+register(Question(id="q7", chapter="05_blocks", title="Q7 feed-forward block (FeedForwardBlock)", points=1,
+                  answer_name="FeedForwardBlock", kind="class", cases=Q7_CASES, run_case=_run_q7,
+                  outputs={"out": "(B, N, emb_size)"}))
 
 # --------------------------------------------------------------------------- Q7 encoder block
 
@@ -231,18 +215,9 @@ def _run_block(answer, case, rec, norm_first=True):
     rec.output("out", out)
     _backward(rec, p, module, x, out)
 
-register(Question(
-    id="q7b",
-    chapter="05_blocks",
-    title="Q7 transformer encoder block (TransformerEncoderBlock)",
-    points=2,
-    answer_name="TransformerEncoderBlock",
-    kind="class",
-    cases=BLOCK_CASES,
-    run_case=_run_block,
-    forbidden=("attention",),
-    outputs={"out": "(B, N, E)"},
-))
+register(Question(id="q7b", chapter="05_blocks", title="Q7 transformer encoder block (TransformerEncoderBlock)",
+                  points=2, answer_name="TransformerEncoderBlock", kind="class", cases=BLOCK_CASES,
+                  run_case=_run_block, forbidden=("attention",), outputs={"out": "(B, N, E)"}))
 
 # --------------------------------------------------------------------------- LayerNorm
 
@@ -275,18 +250,9 @@ def _run_ln(answer, case, rec):
     rec.output("out", out)
     _backward(rec, p, module, x, out)
 
-register(Question(
-    id="layernorm",
-    chapter="05_blocks",
-    title="LayerNorm from scratch",
-    points=2,
-    answer_name="LayerNorm",
-    kind="class",
-    cases=LN_CASES,
-    run_case=_run_ln,
-    forbidden=("layer_norm",),
-    outputs={"out": "the shape of x"},
-))
+register(Question(id="layernorm", chapter="05_blocks", title="LayerNorm from scratch", points=2,
+                  answer_name="LayerNorm", kind="class", cases=LN_CASES, run_case=_run_ln,
+                  forbidden=("layer_norm",), outputs={"out": "the shape of x"}))
 
 # --------------------------------------------------------------------------- post-LN block
 
@@ -301,15 +267,6 @@ POST_CASES = [
           "grads": True, "param_grads": True}, {2: "B", 3: "N", 8: "E"}),
 ]
 
-register(Question(
-    id="post_ln_block",
-    chapter="05_blocks",
-    title="Post-LN encoder block",
-    points=2,
-    answer_name="PostLNEncoderBlock",
-    kind="class",
-    cases=POST_CASES,
-    run_case=_run_block,
-    forbidden=("attention",),
-    outputs={"out": "(B, N, E)"},
-))
+register(Question(id="post_ln_block", chapter="05_blocks", title="Post-LN encoder block", points=2,
+                  answer_name="PostLNEncoderBlock", kind="class", cases=POST_CASES, run_case=_run_block,
+                  forbidden=("attention",), outputs={"out": "(B, N, E)"}))

@@ -122,17 +122,10 @@ def _run_q2(answer, case, rec):
     if p.get("grads"):
         _backward(rec, p, projection, images, out, extra_tokens=0)
 
-register(Question(
-    id="q2",
-    chapter="06_patch_embedding",
-    title="Q2 patch embedding projection (Rearrange + Linear)",
-    points=2,
-    answer_name="PatchEmbedding",
-    kind="class",
-    cases=Q2_CASES,
-    run_case=_run_q2,
-    outputs={"patch_embeddings": "(B, N, emb_size)"},
-))
+register(Question(id="q2", chapter="06_patch_embedding",
+                  title="Q2 patch embedding projection (Rearrange + Linear)", points=2,
+                  answer_name="PatchEmbedding", kind="class", cases=Q2_CASES, run_case=_run_q2,
+                  outputs={"patch_embeddings": "(B, N, emb_size)"}))
 
 
 # --------------------------------------------------------------------------- q3 class token
@@ -171,17 +164,9 @@ def _run_tokens(answer, case, rec, need_img_size=False):
 def _run_q3(answer, case, rec):
     _run_tokens(answer, case, rec)
 
-register(Question(
-    id="q3",
-    chapter="06_patch_embedding",
-    title="Q3 class token (repeat per batch)",
-    points=1,
-    answer_name="PatchEmbedding",
-    kind="class",
-    cases=Q3_CASES,
-    run_case=_run_q3,
-    outputs={"tokens": "(B, N+1, emb_size)"},
-))
+register(Question(id="q3", chapter="06_patch_embedding", title="Q3 class token (repeat per batch)", points=1,
+                  answer_name="PatchEmbedding", kind="class", cases=Q3_CASES, run_case=_run_q3,
+                  outputs={"tokens": "(B, N+1, emb_size)"}))
 
 # --------------------------------------------------------------------------- q4 sinusoidal positions
 
@@ -201,17 +186,9 @@ def _run_q4(answer, case, rec):
     _run_tokens(answer, case, rec, need_img_size=True)
 
 
-register(Question(
-    id="q4",
-    chapter="06_patch_embedding",
-    title="Q4 sinusoidal positions (getPositionEncoding)",
-    points=1,
-    answer_name="PatchEmbedding",
-    kind="class",
-    cases=Q4_CASES,
-    run_case=_run_q4,
-    outputs={"tokens": "(B, N+1, emb_size)"},
-))
+register(Question(id="q4", chapter="06_patch_embedding", title="Q4 sinusoidal positions (getPositionEncoding)",
+                  points=1, answer_name="PatchEmbedding", kind="class", cases=Q4_CASES, run_case=_run_q4,
+                  outputs={"tokens": "(B, N+1, emb_size)"}))
 
 # --------------------------------------------------------------------------- Conv2d patch embedding
 
@@ -239,14 +216,6 @@ def _run_conv(answer, case, rec):
         upstream = rec.tensor(I.randn((b, (h // p["P"]) * (w // p["P"]), p["E"]), p["seed"] + 7))   # (B, N, E)
         rec.grads(out, upstream, {"images": images}, module, params=bool(p.get("param_grads")))
 
-register(Question(
-    id="conv_patch_embedding",
-    chapter="06_patch_embedding",
-    title="Patch embedding with Conv2d",
-    points=2,
-    answer_name="ConvPatchEmbedding",
-    kind="class",
-    cases=CONV_CASES,
-    run_case=_run_conv,
-    outputs={"patch_embeddings": "(B, N, emb_size)"},
-))
+register(Question(id="conv_patch_embedding", chapter="06_patch_embedding", title="Patch embedding with Conv2d",
+                  points=2, answer_name="ConvPatchEmbedding", kind="class", cases=CONV_CASES, run_case=_run_conv,
+                  outputs={"patch_embeddings": "(B, N, emb_size)"}))

@@ -51,15 +51,6 @@ def _run_ls(answer, case, rec):
         rec.grads(loss, rec.tensor(np.ones((), dtype=np.float32)), {"logits": logits})
 
 
-register(Question(
-    id="label_smoothing",
-    chapter="07_vit",
-    title="Cross-entropy with label smoothing",
-    points=2,
-    answer_name="smoothed_cross_entropy",
-    kind="function",
-    cases=LS_CASES,
-    run_case=_run_ls,
-    forbidden=("cross_entropy",),
-    outputs={"loss": "a single number", "grad_logits": "(B, C)"},
-))
+register(Question(id="label_smoothing", chapter="07_vit", title="Cross-entropy with label smoothing", points=2,
+                  answer_name="smoothed_cross_entropy", kind="function", cases=LS_CASES, run_case=_run_ls,
+                  forbidden=("cross_entropy",), outputs={"loss": "a single number", "grad_logits": "(B, C)"}))

@@ -105,20 +105,11 @@ def _run_vit(answer, case, rec):
         rec.grads(logits, upstream, {"images": images}, model, params=bool(p.get("param_grads")))
 
 
-register(Question(
-    id="vit_forward",
-    chapter="07_vit",
-    title="ViT forward pass with attention maps",
-    points=3,
-    answer_name="ViT",
-    kind="class",
-    cases=VIT_CASES,
-    run_case=_run_vit,
-    forbidden=("attention",),
-    outputs={"logits": "(B, num_classes)", "logits (return_attention=True)": "(B, num_classes)",
-             **{f"attention map of block {i}": "(B, heads, N+1, N+1)" for i in range(3)},
-             "grad_images": "(B, C, H, W)"},
-))
+register(Question(id="vit_forward", chapter="07_vit", title="ViT forward pass with attention maps", points=3,
+                  answer_name="ViT", kind="class", cases=VIT_CASES, run_case=_run_vit, forbidden=("attention",),
+                  outputs={"logits": "(B, num_classes)", "logits (return_attention=True)": "(B, num_classes)",
+                           **{f"attention map of block {i}": "(B, heads, N+1, N+1)" for i in range(3)},
+                           "grad_images": "(B, C, H, W)"}))
 
 # --------------------------------------------------------------------------- cross-entropy
 
@@ -164,15 +155,6 @@ def _run_ce(answer, case, rec):
                               f"shape {tuple(int(s) for s in value.shape)}")
         rec.grads(value, rec.tensor(np.ones((), dtype=np.float32)), {"logits": logits})
 
-register(Question(
-    id="cross_entropy",
-    chapter="07_vit",
-    title="Cross-entropy loss",
-    points=2,
-    answer_name="cross_entropy",
-    kind="function",
-    cases=CE_CASES,
-    run_case=_run_ce,
-    forbidden=("cross_entropy",),
-    outputs={"loss": "a single number", "grad_logits": "(B, C)"},
-))
+register(Question(id="cross_entropy", chapter="07_vit", title="Cross-entropy loss", points=2,
+                  answer_name="cross_entropy", kind="function", cases=CE_CASES, run_case=_run_ce,
+                  forbidden=("cross_entropy",), outputs={"loss": "a single number", "grad_logits": "(B, C)"}))

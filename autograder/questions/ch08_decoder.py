@@ -61,17 +61,8 @@ def _run_mask(answer, case, rec):
     if mask.dtype == bool:
         rec.outputs["mask"] = mask.astype(np.float64)
 
-register(Question(
-    id="causal_mask",
-    chapter="08_decoder",
-    title="Causal mask",
-    points=1,
-    answer_name="causal_mask",
-    kind="function",
-    cases=MASK_CASES,
-    run_case=_run_mask,
-    outputs={"mask": "(T, T)"},
-))
+register(Question(id="causal_mask", chapter="08_decoder", title="Causal mask", points=1, answer_name="causal_mask",
+                  kind="function", cases=MASK_CASES, run_case=_run_mask, outputs={"mask": "(T, T)"}))
 
 # --------------------------------------------------------------------------- cross-attention
 
@@ -161,19 +152,11 @@ def _run_cross(answer, case, rec):
         upstream = rec.tensor(I.randn(p["x"], p["seed"] + 7))
         rec.grads(out, upstream, {"x": x, "context": context}, module, params=bool(p.get("param_grads")))
 
-register(Question(
-    id="cross_attention",
-    chapter="08_decoder",
-    title="Cross-attention",
-    points=3,
-    answer_name="CrossAttention",
-    kind="class",
-    cases=CROSS_CASES,
-    run_case=_run_cross,
-    forbidden=("attention",),
-    outputs={"out": "(B, T, E)", "weights": "(B, heads, T, S)", "grad_x": "(B, T, E)",
-             "grad_context": "(B, S, context_dim)"},
-))
+register(Question(id="cross_attention", chapter="08_decoder", title="Cross-attention", points=3,
+                  answer_name="CrossAttention", kind="class", cases=CROSS_CASES, run_case=_run_cross,
+                  forbidden=("attention",),
+                  outputs={"out": "(B, T, E)", "weights": "(B, heads, T, S)", "grad_x": "(B, T, E)",
+                           "grad_context": "(B, S, context_dim)"}))
 
 # --------------------------------------------------------------------------- decoder block
 
@@ -230,16 +213,8 @@ def _run_decoder(answer, case, rec):
         upstream = rec.tensor(I.randn(p["x"], p["seed"] + 7))
         rec.grads(out, upstream, {"x": x, "context": context}, module, params=bool(p.get("param_grads")))
 
-register(Question(
-    id="decoder_block",
-    chapter="08_decoder",
-    title="Decoder block",
-    points=3,
-    answer_name="DecoderBlock",
-    kind="class",
-    cases=DEC_CASES,
-    run_case=_run_decoder,
-    forbidden=("attention",),
-    outputs={"out": "(B, T, dim)", "out (last token changed)": "(B, T, dim)", "grad_x": "(B, T, dim)",
-             "grad_context": "(B, S, context_dim)"},
-))
+register(Question(id="decoder_block", chapter="08_decoder", title="Decoder block", points=3,
+                  answer_name="DecoderBlock", kind="class", cases=DEC_CASES, run_case=_run_decoder,
+                  forbidden=("attention",),
+                  outputs={"out": "(B, T, dim)", "out (last token changed)": "(B, T, dim)", "grad_x": "(B, T, dim)",
+                           "grad_context": "(B, S, context_dim)"}))

@@ -66,15 +66,7 @@ def _run_kv(answer, case, rec):
     rec.output("out of the whole sequence without a cache", first_if_tuple(full))
 
 
-register(Question(
-    id="kv_cache",
-    chapter="08_decoder",
-    title="Decoding with a key/value cache",
-    points=3,
-    answer_name="CachedSelfAttention",
-    kind="class",
-    cases=KV_CASES,
-    run_case=_run_kv,
-    forbidden=("attention",),
-    outputs={"cached keys": "(B, h, S, d)", "cached values": "(B, h, S, d)"},
-))
+register(Question(id="kv_cache", chapter="08_decoder", title="Decoding with a key/value cache", points=3,
+                  answer_name="CachedSelfAttention", kind="class", cases=KV_CASES, run_case=_run_kv,
+                  forbidden=("attention",),
+                  outputs={"cached keys": "(B, h, S, d)", "cached values": "(B, h, S, d)"}))
