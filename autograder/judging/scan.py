@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Iterator
 
 from ..questions.forbidden import FORBIDDEN, expand
+from ..student.cells import bound_names
 
 VITREF_MESSAGE = ("uses vitref, the course's reference implementation: answers must be your own code "
                   "(vitref is not available when your notebook is graded)")
@@ -193,21 +194,6 @@ def _constant_getattr(node):
     return None
 
 
-def _bound_names(node) -> list[str]:
-    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-        return [node.name]
-    if isinstance(node, (ast.Import, ast.ImportFrom)):
-        return [(a.asname or a.name).split(".")[0] for a in node.names]
-    names = []
-    if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-        for target in targets:
-            for sub in ast.walk(target):
-                if isinstance(sub, ast.Name):
-                    names.append(sub.id)
-    return names
-
-
 def _used_names(node) -> set[str]:
     """The notebook's global names that the top-level statement ``node`` may read: every name
     read at the top level or in a class body (which looks names up in the globals), and in a
@@ -272,7 +258,7 @@ def _notebook_index(cells: tuple[str, ...]) -> tuple[dict[str, tuple], frozenset
         trees.append(tree)
         lines = cell.splitlines()
         for node in tree.body:
-            for name in _bound_names(node):
+            for name in bound_names(node):
                 definitions[name] = (node, lines, index)
     roots, others = library_aliases(trees)
     assigned = _Aliases(trees)
@@ -779,6 +765,17 @@ def flags_or_hold(cells: list[str]) -> list[Flag]:
         return [scan_failure(error)]
 
 
+def _parsed_cells(cells: list[str]) -> list[tuple[int, ast.Module, list[str]]]:
+    """``(index, tree, lines)`` of every cell that parses (one that does not is left out)."""
+    parsed = []
+    for index, cell in enumerate(cells):
+        try:
+            parsed.append((index, _parse(cell), cell.splitlines()))
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+    return parsed
+
+
 def flags(cells: list[str]) -> list[Flag]:
     """Every construct of the notebook's ``cells`` that has no place in an answer and could get
     around the checks (:data:`FLAG_KINDS`), with its cell, line and text. The course's own
@@ -786,12 +783,7 @@ def flags(cells: list[str]) -> list[Flag]:
     test cells' ``autograder.check``/``grade``) and honest code (``model.eval()``,
     ``setattr(self, name, ...)``) are not flags: the tests hold every solution and right answer
     of the course to no flag at all."""
-    parsed = []
-    for index, cell in enumerate(cells):
-        try:
-            parsed.append((index, _parse(cell), cell.splitlines()))
-        except (SyntaxError, ValueError, RecursionError):
-            continue
+    parsed = _parsed_cells(cells)
     trees = [tree for _, tree, _ in parsed]
     aliases = _Aliases(trees)
     own = _bound_by_notebook(trees) - set(aliases.paths)
@@ -958,12 +950,7 @@ def _names_and_prose(parsed) -> tuple[int, int]:
 def embedded_data(cells: list[str]) -> tuple[int, int]:
     """(characters of data, number literals) the notebook's ``cells`` hold, as the
     ``embedded-data`` flag counts them (what its limits are measured against)."""
-    parsed = []
-    for index, cell in enumerate(cells):
-        try:
-            parsed.append((index, _parse(cell), cell.splitlines()))
-        except (SyntaxError, ValueError, RecursionError):
-            continue
+    parsed = _parsed_cells(cells)
     chars, numbers, _per_line = _data_in(cells, parsed)
     return chars, numbers
 

@@ -259,7 +259,8 @@ def code_cells(raw: bytes, name: str = "submission.ipynb") -> tuple[list[str], s
         return [], str(error).replace("the notebook is not", "it is not")
 
 
-def _bound_names(node) -> list[str]:
+def bound_names(node) -> list[str]:
+    """The global names a top-level statement binds (defined, imported or assigned)."""
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         return [node.name]
     if isinstance(node, (ast.Import, ast.ImportFrom)):
@@ -281,7 +282,7 @@ def defined_names(cells: list[str]) -> set[str]:
         except SyntaxError:
             continue
         for node in tree.body:
-            names.update(_bound_names(node))
+            names.update(bound_names(node))
     return names
 
 
