@@ -245,5 +245,6 @@ def explorer_html(script: str = "../_static/explorer/explorer.js") -> str:
     return page_html(EXPLORER_HTML, script)
 
 
-__all__ = ["explorer_html", "page_html", "COMMON_SCRIPT", "CHAR_MODEL_FILE", "CHAR_DATA_FILE", "ALL_FILES", "publish", "ExplorerNet", "export_onnx", "onnx_outputs", "export_difference",
-           "explorer_data", "write_explorer_assets", "MODEL_FILE", "DATA_FILE", "MAX_ASSET_BYTES"]
+__all__ = ["explorer_html", "page_html", "publish", "ExplorerNet", "export_onnx", "onnx_outputs",
+           "export_difference", "explorer_data", "write_explorer_assets", "MODEL_FILE", "DATA_FILE",
+           "CHAR_MODEL_FILE", "CHAR_DATA_FILE", "ALL_FILES", "COMMON_SCRIPT", "MAX_ASSET_BYTES"]

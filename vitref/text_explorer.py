@@ -18,6 +18,7 @@ with the helpers of :mod:`vitref.explorer`:
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -29,6 +30,7 @@ from .charlm import CharTokenizer
 from .explorer import (ALL_FILES, CHAR_DATA_FILE, CHAR_MODEL_FILE, _export, _largest_differences, _remove,
                        _run_onnx, _write_within_budget, page_html)
 from .generation import DecoderOnlyLM
+from .kvcache import CachedSelfAttention
 
 TOP_K = 5            # next characters the page lists
 CHECK_ATTENTION = 32   # the JSON carries the attention weights of check texts up to this length
@@ -111,7 +113,7 @@ def char_explorer_data(model: DecoderOnlyLM, tokenizer: CharTokenizer, check_tex
         if len(text) <= CHECK_ATTENTION:                                         # (L, h, T, T), 6 decimals
             check["attention"] = [round(w, 6) for w in attention[0].flatten().tolist()]
         checks.append(check)
-    depth, heads = len(model.blocks), model.blocks[0].attn.num_heads
+    depth, heads = len(model.blocks), cast(CachedSelfAttention, model.blocks[0].attn).num_heads
     return dict(itos=tokenizer.itos, pad=tokenizer.pad_id, context=model.max_len, depth=depth, heads=heads,
                 top=TOP_K, checks=checks)
 
