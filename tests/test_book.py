@@ -660,7 +660,169 @@ def test_live_vit_explorer_in_chromium(built_book, server, browser):
     assert not problems, "\n".join(problems)
 
 
-# --------------------------------------------------------------------------- (e) diagrams at any width
+# --------------------------------------------------------------------------- (e) keyboard: Tab order, drawing
+
+EXPLORER_KEYS["ArrowLeft"] = dict(key="ArrowLeft", code="ArrowLeft", windowsVirtualKeyCode=37)
+
+
+def press_explorer_key(browser: "Browser", name: str) -> None:
+    for event in ("keyDown", "keyUp"):
+        browser.call("Input.dispatchKeyEvent", type=event, **EXPLORER_KEYS[name])
+
+
+def tab_order(browser: "Browser", first_id: str, presses: int) -> list[str]:
+    """Focus ``first_id``, then press Tab ``presses`` times: the id (or tag) of each element focused."""
+    browser.evaluate(f"document.getElementById({json.dumps(first_id)}).focus()")
+    order = [focused_id(browser)]
+    for _ in range(presses):
+        press(browser, "Tab")
+        order.append(browser.evaluate("document.activeElement.id || document.activeElement.tagName"))
+    return order
+
+
+# The ViT explorer's controls in the order Tab must reach them (a radio group is one stop: the checked one).
+VIT_TAB_ORDER = ["vit-explorer-choice", "vit-explorer-clear", "vit-explorer-restore", "vit-explorer-occlude",
+                 "vit-explorer-image"]
+
+WAIT_FOR_UPDATE_JS = ("(async () => {{ const d = performance.now() + 10000;"
+                      " while (window.vitExplorer.updates <= {updates} && performance.now() < d)"
+                      " await new Promise(r => setTimeout(r, 20));"
+                      " const s = window.vitExplorer.state;"
+                      " return {{updates: window.vitExplorer.updates, ink: s.pixels.reduce((a, b) => a + b, 0),"
+                      " cursor: document.getElementById('vit-explorer-cursor').textContent,"
+                      " live: document.getElementById('vit-explorer-live').textContent}}; }})()")
+
+
+def vit_keyboard_problems(browser: "Browser", server: str) -> list[str]:
+    """Tab from the top of the ViT explorer reaches its controls in order and then leaves it; in draw mode
+    the arrows move the pen and Space paints a brush the model then sees."""
+    browser.open(f"{server}/{EXPLORER_PAGE}.html")
+    browser.evaluate(EXPLORER_REPORT_JS)
+    problems = []
+    order = tab_order(browser, VIT_TAB_ORDER[0], len(VIT_TAB_ORDER))
+    if order[:-1] != VIT_TAB_ORDER or order[-1].startswith("vit-explorer"):
+        problems.append(f"Tab order in the ViT explorer: expected {VIT_TAB_ORDER} then out, got {order}")
+    updates = browser.evaluate("window.vitExplorer.updates")
+    browser.evaluate("document.getElementById('vit-explorer-clear').click()")   # blank canvas, draw mode
+    before = browser.evaluate(WAIT_FOR_UPDATE_JS.format(updates=updates))
+    browser.evaluate("document.getElementById('vit-explorer-image').focus()")
+    press_explorer_key(browser, "ArrowRight")
+    press(browser, "Space")
+    after = browser.evaluate(WAIT_FOR_UPDATE_JS.format(updates=before["updates"]))
+    if before["ink"] != 0 or after["ink"] <= 0 or after["updates"] != before["updates"] + 1:
+        problems.append(f"Space in draw mode should paint ink and run the model: {before} -> {after}")
+    if "Pen: row 15, column 16" not in after["cursor"] or "Space erases" not in after["cursor"]:
+        problems.append(f"ArrowRight should move the pen from the centre one pixel right: {after['cursor']!r}")
+    return problems
+
+
+TEXT_EXPLORER_PAGE = "book/08_decoder"
+
+# The text explorer after its first run, the build's data and, with `text` typed, what the page computed.
+TEXT_EXPLORER_JS = r"""
+(async () => {
+  const deadline = performance.now() + 60000;
+  while (!window.textExplorer && performance.now() < deadline) await new Promise(r => setTimeout(r, 50));
+  await window.textExplorer.ready;
+  const api = window.textExplorer;
+  if (api.error) return {error: api.error};
+  const data = await (await fetch('../_static/explorer/charlm.json')).json();
+  const check = data.checks.find(c => c.attention);
+  await api.setText(check.text);
+  return {error: null, data, check, top: api.topNext(check.text.length - 1),
+          tokens: document.querySelectorAll('#text-explorer-tokens button').length,
+          files: performance.getEntriesByType('resource').map(e => e.name)};
+})()
+"""
+
+# Where a token button is on the screen (to move the mouse over it), and what the page shows now.
+TEXT_STATE_JS = r"""
+(() => {
+  const api = window.textExplorer, s = api.state, d = s.data, rows = [];
+  for (let l = 0; l < d.depth; l++) for (let h = 0; h < d.heads; h++) rows.push(api.attentionRow(l, h, s.query));
+  const strip = document.getElementById('text-explorer-map-0-0');
+  const context = strip.getContext('2d'), T = s.ids.length, cell = strip.width / T;
+  const pixel = s => Array.from(context.getImageData(Math.floor((s + 0.5) * cell), 12, 1, 1).data.slice(0, 3));
+  return {query: s.query, rows, live: document.getElementById('text-explorer-live').textContent,
+          focused: document.activeElement.getAttribute('aria-label'), ms: api.lastDrawMs,
+          blocked: s.query + 1 < T ? pixel(T - 1) : null, legend: !!document.querySelector('.text-explorer-legend'),
+          message: document.getElementById('text-explorer-message').textContent};
+})()
+"""
+
+
+def hover_token(browser: "Browser", index: int) -> None:
+    box = browser.evaluate(f"(b => {{ const r = b.getBoundingClientRect(); b.scrollIntoView({{block: 'center'}});"
+                           f" const q = b.getBoundingClientRect(); return [q.x + q.width / 2, q.y + q.height / 2]; }})"
+                           f"(document.querySelectorAll('#text-explorer-tokens button')[{index}])")
+    browser.call("Input.dispatchMouseEvent", type="mouseMoved", x=box[0], y=box[1])
+
+
+def text_explorer_problems(browser: "Browser", server: str) -> tuple[list[str], float]:
+    """Chapter 8's explorer: the page's next character and attention rows equal vitref's (in the build's
+    JSON) for a typed text, later characters are drawn blocked, the arrow keys move the chosen character
+    and update the live region, unknown characters are named, and Tab reaches every control in order.
+    Returns (problems, the update time in ms after a hover)."""
+    browser.open(f"{server}/{TEXT_EXPLORER_PAGE}.html")
+    report = browser.evaluate(TEXT_EXPLORER_JS)
+    if report["error"]:
+        return [f"the text explorer did not load: {report['error']}"], float("nan")
+    problems, check, data = [], report["check"], report["data"]
+    foreign = [f for f in report["files"] if not f.startswith(server)]
+    if foreign or not any(f.endswith("/_static/explorer/charlm.onnx") for f in report["files"]):
+        problems.append(f"charlm.onnx should come from the site's _static/explorer/ only: {report['files']}")
+    if report["tokens"] != len(check["text"]) or [t["id"] for t in report["top"]] != check["top"]:
+        problems.append(f"after {check['text']!r} the page's next characters {report['top']} differ from vitref's "
+                        f"{check['top']} (or not one button per character: {report['tokens']})")
+    query, T = 3, len(check["text"])
+    hover_token(browser, query)
+    shown = browser.evaluate(TEXT_STATE_JS)
+    expected = [check["attention"][((row * T) + query) * T:((row * T) + query + 1) * T]
+                for row in range(data["depth"] * data["heads"])]
+    gap = max(abs(a - b) for got, want in zip(shown["rows"], expected) for a, b in zip(got, want))
+    if shown["query"] != query or gap > 1e-4 or len(shown["rows"]) != len(expected):
+        problems.append(f"hovering character {query + 1}: query {shown['query']}, attention rows differ from "
+                        f"vitref's by {gap:.2e}")
+    if not shown["legend"] or shown["blocked"] is None or max(shown["blocked"]) > 200 or \
+            max(shown["blocked"]) - min(shown["blocked"]) > 10:
+        problems.append(f"a later character should be drawn blocked (grey hatching, with a legend): {shown}")
+    browser.evaluate("document.querySelector('#text-explorer-tokens button[tabindex=\"0\"]').focus()")
+    press_explorer_key(browser, "ArrowLeft")
+    moved = browser.evaluate(TEXT_STATE_JS)
+    if moved["query"] != query - 1 or not (moved["focused"] or "").startswith(f"character {query} of") or \
+            moved["live"] == shown["live"] or not moved["live"].startswith(f"Character {query} of {T}"):
+        problems.append(f"ArrowLeft should move the chosen character and the focus one left and update the live "
+                        f"region: {shown['live']!r} -> {moved['live']!r}, focus {moved['focused']!r}")
+    order = tab_order(browser, "text-explorer-input", 3)
+    expected_order = ["text-explorer-input", "text-explorer-full", ""]
+    chosen = browser.evaluate("document.querySelector('#text-explorer-tokens button[tabindex=\"0\"]') !== null")
+    if order[:2] != expected_order[:2] or order[2] != "BUTTON" or not chosen or order[3].startswith("text-explorer"):
+        problems.append(f"Tab order in the text explorer: the text, the checkbox, the chosen character, then out; "
+                        f"got {order}")
+    browser.evaluate("window.textExplorer.setText('caf\\u00e9 \\u20ac')")
+    message = browser.evaluate(TEXT_STATE_JS)["message"]
+    if "\u201c\u00e9\u201d" not in message or "\u201c\u20ac\u201d" not in message:
+        problems.append(f"characters outside the vocabulary should be named: {message!r}")
+    return problems, shown["ms"]
+
+
+@pytest.mark.slow   # builds the book (shared with the tests above), then Chromium
+def test_live_text_explorer_in_chromium(built_book, server, browser):
+    """Chapter 8's live GPT: served by the site (all explorer files within 2 MB), its outputs equal vitref's,
+    the causal mask shows, and it works by keyboard; the ViT explorer's Tab order and keyboard drawing."""
+    folder = built_book / "_static" / "explorer"
+    sizes = {path.name: path.stat().st_size for path in sorted(folder.iterdir())}
+    models = ("vit.onnx", "explorer.json", "charlm.onnx", "charlm.json")
+    print("explorer files:", ", ".join(f"{name} {sizes.get(name, 0) / 1e3:,.0f} kB" for name in models))
+    assert all(name in sizes for name in models) and sum(sizes[name] for name in models) <= 2_000_000, sizes
+    problems, milliseconds = text_explorer_problems(browser, server)
+    print(f"text explorer update after a hover (8 maps + live region): {milliseconds:.1f} ms in Chromium "
+          "(a loaded machine)")
+    problems += vit_keyboard_problems(browser, server)
+    assert not problems, "\n".join(problems)
+
+
+# --------------------------------------------------------------------------- (f) diagrams at any width
 
 # window widths (CSS px) at which each architecture diagram must be the right drawing at a readable size:
 # a phone, the widest window that gets the narrow drawing, the narrowest that gets the wide one, a

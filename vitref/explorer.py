@@ -32,7 +32,10 @@ from .viz import rollout_map
 
 MODEL_FILE = "vit.onnx"
 DATA_FILE = "explorer.json"
-MAX_ASSET_BYTES = 2_000_000          # the model and the images together: the page stays light
+CHAR_MODEL_FILE = "charlm.onnx"      # chapter 8's character GPT (vitref.text_explorer)
+CHAR_DATA_FILE = "charlm.json"
+ALL_FILES = (MODEL_FILE, DATA_FILE, CHAR_MODEL_FILE, CHAR_DATA_FILE)
+MAX_ASSET_BYTES = 2_000_000          # both explorers' models and data together: the pages stay light
 OPSET = 17
 
 
@@ -60,27 +63,68 @@ def _example_pixels(vit: ViT, count: int = 1) -> torch.Tensor:
     return torch.rand(count, vit.in_channels, vit.img_size, vit.img_size)   # (B, C, H, W)
 
 
-def export_onnx(vit: ViT, mean, std, path) -> Path:
-    """Export ``vit`` (put in eval mode) with its standardisation to ``path``; the batch size is free."""
-    net = ExplorerNet(vit.eval(), mean, std).eval()
+def _export(net: nn.Module, example_inputs: tuple, path, input_names: list, output_names: list,
+            dynamic_axes: dict) -> Path:
+    """``torch.onnx.export`` of ``net`` in eval mode (the TorchScript-based exporter, :data:`OPSET`)
+    to ``path``; shared by the ViT and the character model."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with torch.no_grad(), warnings.catch_warnings():
-        # the tracer's notes on the shape checks of vitref's modules: the exported graph is for
-        # the model's own image size, which is the only one the page feeds it
+        # the tracer's notes on the shape checks of vitref's modules: the checks pass for the
+        # example and the exported graph keeps the shapes the page feeds it
         warnings.simplefilter("ignore")
-        torch.onnx.export(net, (_example_pixels(vit),), str(path), dynamo=False, opset_version=OPSET,
-                          input_names=["pixels"], output_names=["logits", "attention"],
-                          dynamic_axes={"pixels": {0: "batch"}, "logits": {0: "batch"}, "attention": {0: "batch"}})
+        torch.onnx.export(net.eval(), example_inputs, str(path), dynamo=False, opset_version=OPSET,
+                          input_names=input_names, output_names=output_names, dynamic_axes=dynamic_axes)
     return path
+
+
+def _run_onnx(path, feeds: dict, output_names: list) -> list:
+    """onnxruntime (CPU) on ``feeds`` (input name -> numpy array): the outputs, as numpy arrays."""
+    import onnxruntime   # the build's check only: the course itself runs without it
+
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return session.run(output_names, feeds)
+
+
+def _largest_differences(got: dict, expected: dict) -> dict:
+    """``{name: largest |got - expected|}`` for numpy ``got`` and torch ``expected`` of equal shapes."""
+    for name, value in got.items():
+        if value.shape != tuple(expected[name].shape):
+            raise ValueError(f"the ONNX model's {name} has shape {value.shape}, vitref's "
+                             f"{tuple(expected[name].shape)}")
+    return {name: float(np.abs(value - expected[name].numpy()).max()) for name, value in got.items()}
+
+
+def _remove(folder: Path, names) -> None:
+    for name in names:
+        (folder / name).unlink(missing_ok=True)
+
+
+def _write_within_budget(folder: Path, model_file: str, data_file: str, data: dict,
+                         budget_files: tuple) -> dict:
+    """Write ``data`` as ``data_file`` beside the exported ``model_file``; return their sizes. When the
+    files of ``budget_files`` present in ``folder`` exceed :data:`MAX_ASSET_BYTES` together, removes
+    the two and raises."""
+    (folder / data_file).write_text(json.dumps(data, separators=(",", ":")))
+    sizes = {name: (folder / name).stat().st_size for name in (model_file, data_file)}
+    total = sum((folder / name).stat().st_size for name in budget_files if (folder / name).is_file())
+    if total > MAX_ASSET_BYTES:
+        _remove(folder, sizes)
+        raise ValueError(f"the explorers' files take {total:,} bytes ({sizes} for this one), more than "
+                         f"{MAX_ASSET_BYTES:,} together")
+    return sizes
+
+
+def export_onnx(vit: ViT, mean, std, path) -> Path:
+    """Export ``vit`` (put in eval mode) with its standardisation to ``path``; the batch size is free."""
+    net = ExplorerNet(vit.eval(), mean, std)
+    return _export(net, (_example_pixels(vit),), path, ["pixels"], ["logits", "attention"],
+                   {"pixels": {0: "batch"}, "logits": {0: "batch"}, "attention": {0: "batch"}})
 
 
 def onnx_outputs(path, pixels: torch.Tensor) -> tuple[np.ndarray, np.ndarray]:
     """onnxruntime (CPU) on ``pixels (B, C, H, W)`` in [0, 1]: ``(logits, attention)`` as numpy arrays."""
-    import onnxruntime   # the build's check only: the course itself runs without it
-
-    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
-    logits, attention = session.run(["logits", "attention"], {"pixels": pixels.float().numpy()})
+    logits, attention = _run_onnx(path, {"pixels": pixels.float().numpy()}, ["logits", "attention"])
     return logits, attention
 
 
@@ -90,11 +134,8 @@ def export_difference(vit: ViT, mean, std, path, pixels: torch.Tensor) -> dict:
     ``{'logits': float, 'attention': float}``."""
     expected_logits, expected_attention = ExplorerNet(vit.eval(), mean, std).eval()(pixels.float())
     logits, attention = onnx_outputs(path, pixels)
-    if logits.shape != tuple(expected_logits.shape) or attention.shape != tuple(expected_attention.shape):
-        raise ValueError(f"the ONNX model's outputs have shapes {logits.shape}, {attention.shape}; vitref's "
-                         f"{tuple(expected_logits.shape)}, {tuple(expected_attention.shape)}")
-    return dict(logits=float(np.abs(logits - expected_logits.numpy()).max()),
-                attention=float(np.abs(attention - expected_attention.numpy()).max()))
+    return _largest_differences(dict(logits=logits, attention=attention),
+                                dict(logits=expected_logits, attention=expected_attention))
 
 
 @torch.no_grad()
@@ -116,17 +157,11 @@ def explorer_data(vit: ViT, mean, std, images: torch.Tensor, labels: torch.Tenso
 def write_explorer_assets(folder, vit: ViT, mean, std, images: torch.Tensor, labels: torch.Tensor,
                           classes) -> dict:
     """Write the model (:data:`MODEL_FILE`) and the data (:data:`DATA_FILE`) into ``folder``; return
-    ``{file name: bytes}``. When together they exceed :data:`MAX_ASSET_BYTES`, removes them and raises."""
+    ``{file name: bytes}``. When the explorers' files exceed :data:`MAX_ASSET_BYTES`, removes these and raises."""
     folder = Path(folder)
     export_onnx(vit, mean, std, folder / MODEL_FILE)
     data = explorer_data(vit, mean, std, images, labels, classes)
-    (folder / DATA_FILE).write_text(json.dumps(data, separators=(",", ":")))
-    sizes = {name: (folder / name).stat().st_size for name in (MODEL_FILE, DATA_FILE)}
-    if sum(sizes.values()) > MAX_ASSET_BYTES:
-        for name in sizes:
-            (folder / name).unlink()
-        raise ValueError(f"the explorer's files take {sizes} bytes, more than {MAX_ASSET_BYTES:,} together")
-    return sizes
+    return _write_within_budget(folder, MODEL_FILE, DATA_FILE, data, ALL_FILES)
 
 
 def publish(folder, vit: ViT, info: dict, images: torch.Tensor, labels: torch.Tensor,
@@ -140,8 +175,7 @@ def publish(folder, vit: ViT, info: dict, images: torch.Tensor, labels: torch.Te
     sizes = write_explorer_assets(folder, vit, info["mean"], info["std"], images, labels, info["classes"])
     difference = export_difference(vit, info["mean"], info["std"], folder / MODEL_FILE, images.float() / 255)
     if not max(difference.values()) <= tolerance:
-        for name in sizes:
-            (folder / name).unlink()
+        _remove(folder, sizes)
         raise ValueError(f"onnxruntime's outputs differ from vitref's by {difference}, more than {tolerance}: "
                          "the explorer's files were removed")
     return dict(sizes=sizes, difference=difference)
@@ -168,7 +202,8 @@ EXPLORER_HTML = """
       <div>
         <canvas id="vit-explorer-image" width="224" height="224" tabindex="0" role="application"
           aria-label="The image, cut into patches. Arrow keys move the patch cursor; Space or Enter
-            occludes the patch or brings it back."
+            occludes the patch or brings it back. In draw mode the arrow keys move the pen one pixel
+            and Space paints there, or erases where there is ink."
           aria-describedby="vit-explorer-cursor"></canvas>
         <p id="vit-explorer-cursor"></p>
       </div>
@@ -187,17 +222,29 @@ EXPLORER_HTML = """
         occluded patch)</caption></table>
     </div>
   </div>
+  <script src="{common}"></script>
   <script src="{script}"></script>
 </section>
 """
 
 
-def explorer_html(script: str = "../_static/explorer/explorer.js") -> str:
-    """The explorer's HTML for the page, loading its script from ``script`` (a same-site path)."""
+COMMON_SCRIPT = "common.js"   # the code both explorers share, beside their scripts
+
+
+def page_html(template: str, script: str) -> str:
+    """``template`` with ``{script}`` and ``{common}`` (:data:`COMMON_SCRIPT`, in the same folder) filled
+    in; ``script`` must be a same-site path."""
     if "://" in script or script.startswith("//"):
         raise ValueError(f"the explorer's script must come from the site itself, got {script!r}")
-    return EXPLORER_HTML.replace("{script}", script)
+    common = script.rsplit("/", 1)[0] + "/" + COMMON_SCRIPT if "/" in script else COMMON_SCRIPT
+    return template.replace("{common}", common).replace("{script}", script)
 
 
-__all__ = ["explorer_html", "publish", "ExplorerNet", "export_onnx", "onnx_outputs", "export_difference",
-           "explorer_data", "write_explorer_assets", "MODEL_FILE", "DATA_FILE", "MAX_ASSET_BYTES"]
+def explorer_html(script: str = "../_static/explorer/explorer.js") -> str:
+    """The explorer's HTML for the page, loading its script from ``script`` (a same-site path)."""
+    return page_html(EXPLORER_HTML, script)
+
+
+__all__ = ["explorer_html", "page_html", "publish", "ExplorerNet", "export_onnx", "onnx_outputs",
+           "export_difference", "explorer_data", "write_explorer_assets", "MODEL_FILE", "DATA_FILE",
+           "CHAR_MODEL_FILE", "CHAR_DATA_FILE", "ALL_FILES", "COMMON_SCRIPT", "MAX_ASSET_BYTES"]

@@ -15,7 +15,9 @@ templates in book/_templates/.
 It also serves the live ViT of chapter 7 (07b, ``vitref.explorer``) from the site itself: after
 the build, the model and images the chapter wrote into ``_build/explorer/`` and onnxruntime-web's
 single-threaded WebAssembly build (npm, package-lock.json) are copied into ``_static/explorer/``,
-beside the page's script (``static/explorer/explorer.js``). Nothing is loaded from a CDN.
+beside the page's script (``static/explorer/explorer.js``). Chapter 8's character GPT
+(``vitref.text_explorer``, ``text-explorer.js``) is served the same way; the code both share is
+``common.js``. Nothing is loaded from a CDN.
 """
 from __future__ import annotations
 
@@ -31,7 +33,8 @@ STATIC = Path(__file__).resolve().parent / "static"
 # onnxruntime-web's files the explorer needs: the WebAssembly-only bundle (global `ort`), its loader
 # module and the one .wasm (SIMD; run on one thread, so no SharedArrayBuffer is needed)
 ORT_WEB_FILES = ("ort.wasm.min.js", "ort-wasm-simd-threaded.mjs", "ort-wasm-simd-threaded.wasm")
-EXPLORER_FILES = ("vit.onnx", "explorer.json")   # vitref.explorer.MODEL_FILE, DATA_FILE
+# vitref.explorer.MODEL_FILE, DATA_FILE (07b) and CHAR_MODEL_FILE, CHAR_DATA_FILE (08)
+EXPLORER_FILES = ("vit.onnx", "explorer.json", "charlm.onnx", "charlm.json")
 
 MYST_NB_TOGGLE = '<summary aria-label="Toggle hidden content">'
 
@@ -47,18 +50,19 @@ def _add_static_folder(app, config) -> None:
 
 
 def _copy_explorer_files(app, exception) -> None:
-    """Copy the chapter's model and images and onnxruntime-web's files into ``_static/explorer/``."""
+    """Copy the chapters' models and data and onnxruntime-web's files into ``_static/explorer/``."""
     if exception is not None or app.builder.format != "html":
         return
     target = Path(app.outdir) / "_static" / "explorer"
     target.mkdir(parents=True, exist_ok=True)
-    written = Path(app.outdir).parent / "explorer"                       # where 07b writes them
+    written = Path(app.outdir).parent / "explorer"                       # where 07b and 08 write them
     ort_dist = Path(app.srcdir) / "node_modules" / "onnxruntime-web" / "dist"
     sources = [written / name for name in EXPLORER_FILES] + [ort_dist / name for name in ORT_WEB_FILES]
     missing = [str(path) for path in sources if not path.is_file()]
     if missing:
-        logger.warning("the live ViT of chapter 7 will say it cannot load: missing %s (the model files come from "
-                       "running book/07b_what_vit_learns.ipynb; onnxruntime-web from `make setup`, npm ci)",
+        logger.warning("the live models of chapters 7 and 8 will say they cannot load: missing %s (the model files "
+                       "come from running book/07b_what_vit_learns.ipynb and book/08_decoder.ipynb; "
+                       "onnxruntime-web from `make setup`, npm ci)",
                        ", ".join(missing))
     for path in sources:
         if path.is_file():

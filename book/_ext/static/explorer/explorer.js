@@ -3,35 +3,21 @@
 // thread). Every file comes from this script's own folder: ort.wasm.min.js, its .mjs and .wasm,
 // vit.onnx and explorer.json (test images, class names, PyTorch's prediction for the first image).
 // If WebAssembly or a file cannot load, one sentence says so and the page's static figures remain.
+// The loading, the softmax and the colour scale are common.js's (window.vitrefExplorers), loaded first.
 (() => {
   'use strict';
-  const script = document.currentScript;
-  const base = new URL('.', script.src).href;               // .../_static/explorer/
   const root = document.getElementById('vit-explorer');
-  if (!root) return;
+  const shared = window.vitrefExplorers;
+  if (!root || !shared) return;
+  const {softmax, shade} = shared;
   const $ = id => document.getElementById('vit-explorer-' + id);
   const api = window.vitExplorer = {lastUpdateMs: null, updates: 0};
 
-  const state = {data: null, session: null, pixels: null, occluded: new Set(), cursor: 0, drawing: false,
+  // cursor: the patch cursor (occlude mode); pen: the pixel cursor (draw mode), both row * side + column
+  const state = {data: null, session: null, pixels: null, occluded: new Set(), cursor: 0, pen: 0, drawing: false,
                  probabilities: null, attention: null, rollout: null};
 
-  function fail(error) {
-    $('status').textContent = 'The live model cannot run in this browser (it needs WebAssembly and the files ' +
-        'served with this page), so only the static figures of this chapter are shown.';
-    $('status').hidden = false;
-    $('panel').hidden = true;
-    api.error = String(error && (error.stack || error));
-  }
-
-  function loadScript(src) {
-    return new Promise((resolve, reject) => {
-      const tag = document.createElement('script');
-      tag.src = src;
-      tag.onload = resolve;
-      tag.onerror = () => reject(new Error('could not load ' + src));
-      document.head.appendChild(tag);
-    });
-  }
+  const fail = error => shared.fail($('status'), $('panel'), api, error);
 
   // ---------------------------------------------------------------- the model
 
@@ -43,13 +29,6 @@
       values[i] = state.occluded.has(cell) ? 0 : state.pixels[i] / 255;   // occluded: black, the background
     }
     return new ort.Tensor('float32', values, [1, 1, size, size]);
-  }
-
-  function softmax(logits) {
-    const top = Math.max(...logits);
-    const exps = Array.from(logits, v => Math.exp(v - top));
-    const total = exps.reduce((a, b) => a + b, 0);
-    return exps.map(v => v / total);
   }
 
   // Attention rollout as vitref.viz.attention_rollout computes it (head_fusion='mean', residual=True):
@@ -117,13 +96,7 @@
 
   // ---------------------------------------------------------------- drawing
 
-  // A monotone scale, light (the map's smallest weight) to dark (its largest): it reads the same in greyscale.
-  function shade(value) {
-    const t = Math.max(0, Math.min(1, value));
-    const light = [247, 251, 255], dark = [8, 48, 107];
-    return `rgb(${light.map((l, i) => Math.round(l + t * (dark[i] - l))).join(',')})`;
-  }
-
+  // Each map from its smallest weight (light) to its largest (dark): shared.shade reads the same in greyscale.
   function drawPatchMap(canvas, values, grid) {
     const context = canvas.getContext('2d');
     const cell = canvas.width / grid;
@@ -171,18 +144,30 @@
       context.beginPath(); context.moveTo(x, y); context.lineTo(x + cell, y + cell);
       context.moveTo(x + cell, y); context.lineTo(x, y + cell); context.stroke();
     });
+    if ($('draw').checked) {                                 // draw mode: the pixel cursor
+      const x = (state.pen % size) * scale, y = Math.floor(state.pen / size) * scale;
+      outline(context, x - 1, y - 1, scale + 2, [3, 2]);
+      const ink = state.pixels[state.pen] > 127;
+      $('cursor').textContent = `Pen: row ${Math.floor(state.pen / size) + 1}, column ${(state.pen % size) + 1} ` +
+          `of ${size} (${ink ? 'ink: Space erases' : 'blank: Space paints'}).`;
+      return;
+    }
     const cx = (state.cursor % grid) * cell, cy = Math.floor(state.cursor / grid) * cell;
-    context.lineWidth = 3;
-    context.strokeStyle = '#fff';
-    context.strokeRect(cx + 1.5, cy + 1.5, cell - 3, cell - 3);
-    context.strokeStyle = '#e66100';
-    context.setLineDash([6, 4]);
-    context.strokeRect(cx + 1.5, cy + 1.5, cell - 3, cell - 3);
-    context.setLineDash([]);
-    context.lineWidth = 1;
+    outline(context, cx + 1.5, cy + 1.5, cell - 3, [6, 4]);
     const row = Math.floor(state.cursor / grid) + 1, column = (state.cursor % grid) + 1;
     $('cursor').textContent = `Patch cursor: row ${row}, column ${column}` +
         (state.occluded.has(state.cursor) ? ' (occluded).' : '.');
+  }
+
+  function outline(context, x, y, side, dash) {              // white under orange dashes: seen on any pixel
+    context.lineWidth = 3;
+    context.strokeStyle = '#fff';
+    context.strokeRect(x, y, side, side);
+    context.strokeStyle = '#e66100';
+    context.setLineDash(dash);
+    context.strokeRect(x, y, side, side);
+    context.setLineDash([]);
+    context.lineWidth = 1;
   }
 
   // ---------------------------------------------------------------- controls
@@ -205,15 +190,35 @@
     return Math.max(0, Math.min(grid - 1, row)) * grid + Math.max(0, Math.min(grid - 1, column));
   }
 
-  function paint(event) {                                    // a round brush of about 2 pixels
-    const {size} = state.data, box = $('image').getBoundingClientRect();
-    const x = (event.clientX - box.left) / box.width * size, y = (event.clientY - box.top) / box.height * size;
+  // A round brush of about 2 pixels at (x, y), in pixels: paints ink, or erases it.
+  function brush(x, y, erase) {
+    const {size} = state.data;
     for (let r = 0; r < size; r++)
       for (let c = 0; c < size; c++) {
-        const distance = Math.hypot(c + 0.5 - x, r + 0.5 - y);
-        if (distance < 2) state.pixels[r * size + c] = Math.max(state.pixels[r * size + c], 255 * (1 - distance / 2.5));
+        const distance = Math.hypot(c + 0.5 - x, r + 0.5 - y), i = r * size + c;
+        if (distance < 2) state.pixels[i] = erase ? 0 : Math.max(state.pixels[i], 255 * (1 - distance / 2.5));
       }
+  }
+
+  function paint(event) {
+    const {size} = state.data, box = $('image').getBoundingClientRect();
+    brush((event.clientX - box.left) / box.width * size, (event.clientY - box.top) / box.height * size, false);
     drawImage();
+  }
+
+  // Draw mode by keyboard: the arrows move the pen one pixel, Space paints a brush there (or erases it
+  // where there is ink already) and the model runs again.
+  function penKey(key) {
+    const {size} = state.data;
+    const moves = {ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0]};
+    if (key in moves) {
+      const row = Math.floor(state.pen / size) + moves[key][0], column = (state.pen % size) + moves[key][1];
+      if (row >= 0 && row < size && column >= 0 && column < size) state.pen = row * size + column;
+      drawImage();
+      return null;
+    }
+    brush((state.pen % size) + 0.5, Math.floor(state.pen / size) + 0.5, state.pixels[state.pen] > 127);
+    return update();
   }
 
   function wire() {
@@ -226,7 +231,10 @@
       return update();
     });
     $('restore').addEventListener('click', () => { state.occluded.clear(); return update(); });
+    ['draw', 'occlude'].forEach(id => $(id).addEventListener('change', drawImage));
     canvas.addEventListener('keydown', event => {
+      const pen = ['ArrowLeft', 'ArrowRight', 'ArrowUp', 'ArrowDown', ' ', 'Enter'].includes(event.key);
+      if ($('draw').checked && pen) { event.preventDefault(); penKey(event.key); return; }
       const moves = {ArrowLeft: [0, -1], ArrowRight: [0, 1], ArrowUp: [-1, 0], ArrowDown: [1, 0]};
       if (event.key in moves) {
         const [dr, dc] = moves[event.key];
@@ -289,15 +297,8 @@
   }
 
   async function start() {
-    if (typeof WebAssembly !== 'object') throw new Error('no WebAssembly');
-    const [data] = await Promise.all([
-      fetch(base + 'explorer.json').then(r => { if (!r.ok) throw new Error('explorer.json: ' + r.status); return r.json(); }),
-      loadScript(base + 'ort.wasm.min.js'),
-    ]);
-    ort.env.wasm.numThreads = 1;                              // no SharedArrayBuffer needed (Pages sends no COOP/COEP)
-    ort.env.wasm.wasmPaths = base;
-    state.data = data;
-    state.session = await ort.InferenceSession.create(base + 'vit.onnx', {executionProviders: ['wasm']});
+    Object.assign(state, await shared.loadModel('vit.onnx', 'explorer.json'));
+    state.pen = (state.data.size >> 1) * state.data.size + (state.data.size >> 1);   // the centre
     fillChoices();
     buildMapTable();
     wire();
