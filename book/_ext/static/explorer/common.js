@@ -80,5 +80,32 @@
     context.restore();
   }
 
-  window.vitrefExplorers = {base, loadScript, loadOrt, fetchJson, loadModel, fail, softmax, shade, hatch};
+  // A block x head table of empty canvases (ids `${prefix}-${layer}-${head}`), headed by column and row.
+  function mapTable(table, depth, heads, prefix, configure) {
+    const head = table.createTHead().insertRow();
+    head.appendChild(document.createElement('td'));
+    for (let h = 0; h < heads; h++) {
+      const th = document.createElement('th');
+      th.scope = 'col';
+      th.textContent = `head ${h + 1}`;
+      head.appendChild(th);
+    }
+    const body = table.createTBody();
+    for (let layer = 0; layer < depth; layer++) {
+      const row = body.insertRow();
+      const th = document.createElement('th');
+      th.scope = 'row';
+      th.textContent = `block ${layer + 1}`;
+      row.appendChild(th);
+      for (let h = 0; h < heads; h++) {
+        const canvas = document.createElement('canvas');
+        canvas.id = `${prefix}-${layer}-${h}`;
+        canvas.setAttribute('role', 'img');
+        if (configure) configure(canvas, layer, h);
+        row.insertCell().appendChild(canvas);
+      }
+    }
+  }
+
+  window.vitrefExplorers = {base, loadScript, loadOrt, fetchJson, loadModel, fail, softmax, shade, hatch, mapTable};
 })();

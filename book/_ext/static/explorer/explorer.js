@@ -269,31 +269,10 @@
 
   function buildMapTable() {
     const {depth, heads} = state.data;
-    const table = $('maps');
-    const head = table.createTHead().insertRow();
-    head.appendChild(document.createElement('td'));
-    for (let h = 0; h < heads; h++) {
-      const th = document.createElement('th');
-      th.scope = 'col';
-      th.textContent = `head ${h + 1}`;
-      head.appendChild(th);
-    }
-    const body = table.createTBody();
-    for (let layer = 0; layer < depth; layer++) {
-      const row = body.insertRow();
-      const th = document.createElement('th');
-      th.scope = 'row';
-      th.textContent = `block ${layer + 1}`;
-      row.appendChild(th);
-      for (let h = 0; h < heads; h++) {
-        const canvas = document.createElement('canvas');
-        canvas.width = canvas.height = 64;
-        canvas.id = `vit-explorer-map-${layer}-${h}`;
-        canvas.setAttribute('role', 'img');
-        canvas.dataset.name = `Block ${layer + 1}, head ${h + 1}`;
-        row.insertCell().appendChild(canvas);
-      }
-    }
+    shared.mapTable($('maps'), depth, heads, 'vit-explorer-map', (canvas, layer, h) => {
+      canvas.width = canvas.height = 64;
+      canvas.dataset.name = `Block ${layer + 1}, head ${h + 1}`;
+    });
   }
 
   async function start() {

@@ -161,30 +161,7 @@
   }
 
   function buildMapTable() {
-    const {depth, heads} = state.data;
-    const table = $('maps');
-    const head = table.createTHead().insertRow();
-    head.appendChild(document.createElement('td'));
-    for (let h = 0; h < heads; h++) {
-      const th = document.createElement('th');
-      th.scope = 'col';
-      th.textContent = `head ${h + 1}`;
-      head.appendChild(th);
-    }
-    const body = table.createTBody();
-    for (let layer = 0; layer < depth; layer++) {
-      const row = body.insertRow();
-      const th = document.createElement('th');
-      th.scope = 'row';
-      th.textContent = `block ${layer + 1}`;
-      row.appendChild(th);
-      for (let h = 0; h < heads; h++) {
-        const canvas = document.createElement('canvas');
-        canvas.id = `text-explorer-map-${layer}-${h}`;
-        canvas.setAttribute('role', 'img');
-        row.insertCell().appendChild(canvas);
-      }
-    }
+    shared.mapTable($('maps'), state.data.depth, state.data.heads, 'text-explorer-map');
   }
 
   // The characters are one toolbar: Tab reaches the chosen one, the arrows, Home and End move along.
