@@ -13,7 +13,7 @@ import math
 import numpy as np
 import torch
 
-from ..messages import values_close
+from ..compare import values_close
 from ..model import Mistake
 from ._entry import add, registered
 from ._common import vitref
