@@ -39,6 +39,53 @@ def _with_class_token(tokens, cls_token, mode):
     return torch.cat([cls, tokens], dim=1)
 
 
+def _vit_tokens(model, x, cls, positions):
+    """The tokens ``(B, N+1, D)`` a student's ViT feeds its blocks: patches, class token, positions."""
+    tokens = rearrange(model.patch_embed.proj(x), "b d h w -> b (h w) d")
+    if positions == "patches_only":
+        tokens = tokens + model.pos_embed[:, 1:]
+    tokens = _with_class_token(tokens, model.cls_token, cls)
+    if positions == "after_cls":
+        tokens = tokens + model.pos_embed
+    elif positions == "sliced":
+        tokens = tokens + model.pos_embed[:, :tokens.shape[1]]
+    elif positions == "sliced_tail":
+        tokens = tokens + model.pos_embed[:, 1:]
+    return tokens
+
+
+def _vit_features(model, tokens, positions, norm, pool):
+    """The features ``(B, D)`` the head reads from the encoder's tokens ``(B, N+1, D)``."""
+    if positions == "after_encoder":
+        tokens = tokens + model.pos_embed
+    if norm == "final":
+        tokens = model.norm(tokens)
+    if pool == "mean":
+        features = tokens.mean(dim=1)
+    elif pool == "last":
+        features = tokens[:, -1]
+    elif pool == "patch_mean":
+        features = tokens[:, 1:].mean(dim=1)
+    else:
+        features = tokens[:, 0]
+    if norm == "after_pool":
+        features = model.norm(features)
+    return features
+
+
+def _vit_maps(attentions, weights):
+    """The attention maps a student's ViT returns, from each block's ``(B, H, N+1, N+1)``."""
+    if weights == "stack_batch_first":
+        return torch.stack(attentions, dim=1)
+    if weights == "mean_heads":
+        return [w.mean(dim=1) for w in attentions]
+    if weights == "last_tensor":
+        return attentions[-1]
+    if weights == "last_list":
+        return attentions[-1:]
+    return attentions
+
+
 def _vit(mode=None, cls="prepend", positions="after_cls", norm="final", pool="cls", weights="list"):
     """A ViT forward as a student may write it. ``positions``: "after_cls" (right), "none",
     "after_encoder", "patches_only" (pos_embed[:, 1:] added before the class token, which gets
@@ -68,16 +115,7 @@ def _vit(mode=None, cls="prepend", positions="after_cls", norm="final", pool="cl
                 self.head = nn.Linear(dim, num_classes)
 
             def forward(self, x, return_attention=False):
-                tokens = rearrange(self.patch_embed.proj(x), "b d h w -> b (h w) d")
-                if positions == "patches_only":
-                    tokens = tokens + self.pos_embed[:, 1:]
-                tokens = _with_class_token(tokens, self.cls_token, cls)
-                if positions == "after_cls":
-                    tokens = tokens + self.pos_embed
-                elif positions == "sliced":
-                    tokens = tokens + self.pos_embed[:, :tokens.shape[1]]
-                elif positions == "sliced_tail":
-                    tokens = tokens + self.pos_embed[:, 1:]
+                tokens = _vit_tokens(self, x, cls, positions)
                 if norm == "before_blocks":
                     tokens = self.norm(tokens)
                 attentions = []
@@ -86,34 +124,10 @@ def _vit(mode=None, cls="prepend", positions="after_cls", norm="final", pool="cl
                         block = self.blocks[0]
                     tokens, w = block(tokens, return_attention=True)
                     attentions.append(w)
-                if positions == "after_encoder":
-                    tokens = tokens + self.pos_embed
-                if norm == "final":
-                    tokens = self.norm(tokens)
-                if pool == "mean":
-                    features = tokens.mean(dim=1)
-                elif pool == "last":
-                    features = tokens[:, -1]
-                elif pool == "patch_mean":
-                    features = tokens[:, 1:].mean(dim=1)
-                else:
-                    features = tokens[:, 0]
-                if norm == "after_pool":
-                    features = self.norm(features)
-                logits = self.head(features)
+                logits = self.head(_vit_features(self, tokens, positions, norm, pool))
                 if not return_attention:
                     return logits
-                if weights == "stack_batch_first":
-                    maps = torch.stack(attentions, dim=1)
-                elif weights == "mean_heads":
-                    maps = [w.mean(dim=1) for w in attentions]
-                elif weights == "last_tensor":
-                    maps = attentions[-1]
-                elif weights == "last_list":
-                    maps = attentions[-1:]
-                else:
-                    maps = attentions
-                return logits, maps
+                return logits, _vit_maps(attentions, weights)
         return ViT
     return build
 
