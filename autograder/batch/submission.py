@@ -57,11 +57,7 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     its own, and each question is judged on those of the run that probed it."""
     import autograder
     from autograder.hosts.driver import run_submission
-    from autograder.judging import preflight
-    from autograder.judging.judge import judge_outcome
     from autograder.judging.scan import flags_or_hold
-    from autograder.judging.scan import held_reason
-    from autograder.student.cells import code_cells
 
     start = time.monotonic()
     qs = [autograder.question(qid) for qid in task.qids]
@@ -89,16 +85,9 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
         return finish([], f"no questions are defined for assignment {task.assignment!r}")
     if task.notebook is None:
         return refuse(task.note, "missing")
-    try:
-        raw = read_notebook(task.notebook, task.base or task.folder or None)  # nothing below followed
-    except Refused as why:
-        return refuse(str(why))
-    problem = preflight.problem(raw)        # the schema, then the sizes the readers see
-    if problem:
+    raw, cells, problem = _read_submission(task)
+    if problem is not None:
         return refuse(problem)
-    cells, problem = code_cells(raw)
-    if problem:
-        return refuse(f"the notebook could not be read: {problem}; nothing could be graded")
 
     if inputs is None:
         inputs = RunInputs(None)
@@ -108,17 +97,40 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     result["run_seconds"] = round(outcome.seconds, 3)
     flags = flags_or_hold(cells)       # a scan that fails holds every question for review
     result["flags"] = [f.text() for f in flags]
-    rows = []
-    for q in qs:
-        verdict = judge_outcome(q, outcome, cells, flags=flags)
-        row = verdict.to_dict()
-        row.pop("flags", None)
-        row["title"] = q.title
-        # a flag holds the score for review: the automatic score stays, the reason says why
-        row["reason"] = "; ".join(r for r in (held_reason(verdict.held),
-                                              "" if verdict.passed else short_reason(verdict.feedback)) if r)
-        rows.append(row)
-    return finish(rows, outcome.reason)
+    return finish([_question_row(q, outcome, cells, flags) for q in qs], outcome.reason)
+
+
+def _read_submission(task: Task) -> tuple[bytes, list[str], str | None]:
+    """The submitted notebook's bytes and code cells, or why it is not graded (None: it is)."""
+    from autograder.judging import preflight
+    from autograder.student.cells import code_cells
+
+    try:
+        raw = read_notebook(task.notebook, task.base or task.folder or None)  # nothing below followed
+    except Refused as why:
+        return b"", [], str(why)
+    problem = preflight.problem(raw)        # the schema, then the sizes the readers see
+    if problem:
+        return raw, [], problem
+    cells, problem = code_cells(raw)
+    if problem:
+        return raw, [], f"the notebook could not be read: {problem}; nothing could be graded"
+    return raw, cells, None
+
+
+def _question_row(q, outcome, cells: list[str], flags: list) -> dict:
+    """Question ``q``'s row: the judge's verdict on what the run sent, held when a flag holds it."""
+    from autograder.judging.judge import judge_outcome
+    from autograder.judging.scan import held_reason
+
+    verdict = judge_outcome(q, outcome, cells, flags=flags)
+    row = verdict.to_dict()
+    row.pop("flags", None)
+    row["title"] = q.title
+    # a flag holds the score for review: the automatic score stays, the reason says why
+    row["reason"] = "; ".join(r for r in (held_reason(verdict.held),
+                                          "" if verdict.passed else short_reason(verdict.feedback)) if r)
+    return row
 
 
 def error_result(task: Task, reason: str) -> dict:
