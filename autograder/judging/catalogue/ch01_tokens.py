@@ -5,9 +5,10 @@ from __future__ import annotations
 import torch.nn.functional as F
 from einops import rearrange
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
-from ._common import vitref
 from ._changes import patch_order
 from ._symptoms import FLOAT64_RAISES, INTEGER_TIMES_FLOAT, PROPERTIES, RECIPE_SAYS
 
@@ -88,7 +89,7 @@ PATCH_MISTAKES = [
             _pattern_sizes("b c (h s1) (w s2) -> b (h w) (s1 s2 c)")),
 ]
 
-add('patches', references=lambda: [vitref().image_to_patches],
+add('patches', references=lambda: [vitref.image_to_patches],
     catalogue=[*PATCH_MISTAKES, patch_order(), INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES, *RECIPE_SAYS])
 
 
@@ -123,5 +124,5 @@ EMBED_MISTAKES = [
             _embed_variant(lambda ids, w: F.one_hot(ids, w.shape[1]).to(w.dtype) @ w)),
 ]
 
-add('embedding_lookup', references=lambda: [vitref().one_hot_embedding],
+add('embedding_lookup', references=lambda: [vitref.one_hot_embedding],
     catalogue=[*EMBED_MISTAKES, INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES, *RECIPE_SAYS])

@@ -9,18 +9,19 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
-from ._common import parts, vitref
+from ._common import parts
 from ..diagnosis import View
 from ._changes import blocks_reversed
 from ._symptoms import FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES, RECIPE_SAYS, by_tag, first_wrong_output, symptom
 
 
 def _vit_reference():
-    v = vitref()
 
-    class Reference(v.ViT):
+    class Reference(vitref.ViT):
         def __init__(self, **cfg):
             super().__init__(**cfg, norm_eps=1e-5)
     return [Reference]
@@ -246,10 +247,9 @@ VIT_SYMPTOMS = (
 
 
 def _vit_block_part():
-    v = vitref()
 
     def TransformerEncoderBlock(dim, num_heads, mlp_dim):
-        return v.TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
+        return vitref.TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
     return TransformerEncoderBlock
 
 add('vit_forward', references=_vit_reference, catalogue=[*VIT_MISTAKES, blocks_reversed(), *VIT_SYMPTOMS],

@@ -10,10 +10,12 @@ import torch
 from einops import rearrange
 from torch import nn
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
 from ...questions.common import first_if_tuple
-from ._common import mistaken_mask_softmax, parts, vitref
+from ._common import mistaken_mask_softmax, parts
 from ..diagnosis import View
 from ._changes import norms_swapped, relu_for_gelu, values_from_keys
 from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE, by_tag, keyed, symptom
@@ -26,7 +28,7 @@ from ...questions.ch08_decoder import (
 
 def _mask_reference():
     def causal_mask(T):
-        return vitref().causal_mask(T).double()
+        return vitref.causal_mask(T).double()
     return [causal_mask]
 
 
@@ -386,7 +388,7 @@ CROSS_SYMPTOMS = (
     *RECIPE_SAYS,
 )
 
-add('cross_attention', references=lambda: [vitref().CrossAttention, _FiniteFillCross, _AdditiveCross],
+add('cross_attention', references=lambda: [vitref.CrossAttention, _FiniteFillCross, _AdditiveCross],
     catalogue=[*CROSS_MISTAKES, values_from_keys(), *CROSS_SYMPTOMS])
 
 
@@ -394,9 +396,8 @@ add('cross_attention', references=lambda: [vitref().CrossAttention, _FiniteFillC
 
 
 def _decoder_reference():
-    v = vitref()
 
-    class Reference(v.DecoderBlock):
+    class Reference(vitref.DecoderBlock):
         def forward(self, x, context, self_mask=None):
             return super().forward(x, context, self_mask=self_mask)
     return [Reference]
