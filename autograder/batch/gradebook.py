@@ -33,6 +33,8 @@ import warnings
 import zlib
 from pathlib import Path
 
+from autograder.batch.outputs import write_rows
+
 RETRIES = 5
 INSTALL_HINT = "pip install 'vitref-course[grading]'"
 
@@ -275,7 +277,6 @@ def _neutralise_csv(path: Path) -> None:
     import csv
     import locale
 
-    from autograder.batch.outputs import write_rows
     # nbgrader's plugin writes with the locale's encoding (open() without one)
     with open(path, newline="", encoding=locale.getpreferredencoding(False), errors="replace") as fh:
         rows = list(csv.reader(fh))

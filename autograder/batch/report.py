@@ -29,6 +29,10 @@ import os
 import re
 from pathlib import Path
 
+import autograder
+from autograder.judging.scan import suspicious
+from autograder.student.cells import code_cells
+
 KNOWN = re.compile(r"Looks like a known mistake: (.+?)\.(?:\s|$)")
 TOP = 5
 STYLE = """
@@ -48,7 +52,7 @@ def mistake_titles() -> dict[tuple[str, str], str]:
     """{(qid, mistake key): title} from the catalogue of known mistakes (grader side)."""
     out = {}
     try:
-        import autograder
+        # inner import: the catalogue (~250 ms with vitref) stays out of the `grade` coordinator until the report
         from autograder.judging.catalogue import entry
         for q in autograder.questions():
             try:
@@ -139,11 +143,8 @@ def baseline_flags(source_dir, assignments) -> dict[str, set]:
     out: dict[str, set] = {}
     if source_dir is None:
         return out
-    from pathlib import Path as _P
-    from autograder.judging.scan import suspicious
-    from autograder.student.cells import code_cells
     for a in assignments:
-        path = _P(source_dir) / a / f"{a}.ipynb"
+        path = Path(source_dir) / a / f"{a}.ipynb"
         try:
             cells, problem = code_cells(path.read_bytes())
             out[a] = set(suspicious(cells)) if not problem else set()

@@ -15,6 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+import autograder
 from autograder.batch import text
 
 
@@ -49,6 +50,7 @@ def graded_vitref_files() -> list[Path]:
     """The vitref modules the references are built from (``vitref.graded_modules()``: not its
     training, data or plotting code, so a training change regrades nothing)."""
     try:
+        # inner import: optional, a grading install without vitref hashes the grader's folders only
         import vitref
     except ImportError:
         return []
@@ -69,7 +71,6 @@ def grader_version() -> str:
 
 def questions_by_assignment() -> dict[str, list]:
     """The registered questions grouped by assignment (the question's chapter)."""
-    import autograder
     out: dict[str, list] = {}
     for q in autograder.questions():
         out.setdefault(q.chapter, []).append(q)

@@ -20,7 +20,13 @@ import time
 from dataclasses import dataclass, field
 
 from ..judging.preflight import MAX_CELLS
+from ..questions import question
+from ..questions import inputs as recipes
+from ..questions.forbidden import FORBIDDEN
 from ..student import wire
+from ..student.cells import code_only
+from .training import stamp, timed
+
 
 MAX_ATTEMPTS = 3
 MIN_ATTEMPT = 2.0     # seconds: an attempt with less budget left is not started
@@ -69,9 +75,6 @@ def ban_groups(qids: list[str]) -> list[tuple[tuple[str, ...], list[str]]]:
     it rides along with the group that forbids least (each run costs a fresh sandboxed process
     and every cell again). Its answer is probed there under a ban it does not have;
     :func:`run_submission` runs it again without any ban when that ban got in its way."""
-    from ..questions import question
-    from ..questions.forbidden import FORBIDDEN
-
     groups: dict[tuple[str, ...], list[str]] = {}
     free: list[str] = []
     for qid in qids:
@@ -110,7 +113,6 @@ def _inputs_per_run(inputs):
     caller chose another), from which the judge then rebuilds them."""
     if callable(inputs):
         return inputs
-    from ..questions import inputs as recipes
     source = recipes.current()
     return lambda run, qids: (bytes(inputs), source)
 
@@ -123,9 +125,6 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs=
     ``inputs(run, qids) -> (blob, source)`` gives each run (0, 1, ... in order, the re-run
     without ban included) the packed inputs of its questions ``qids`` and the source they were
     drawn from; a crashed run's attempts reuse its inputs."""
-    from ..questions import question
-    from ..student.cells import code_only
-
     raw = code_only(raw, name)      # the student's process sees its code, nothing else of the file
     outcome = Outcome()
     state = {"skip": [], "notes": [], "started": time.monotonic(), "forbidden_in_cells": False}
@@ -164,8 +163,6 @@ class _Attempt:
 
 
 def _run_group(host, raw, qids, ban, limits, name, draw, outcome, state) -> None:
-    from .training import timed
-
     skip = state["skip"]
     clocked = set(timed(qids))     # the host timed these (their first result counts: hosts/training.py)
     todo = list(qids)
@@ -253,8 +250,6 @@ def _record_cells(header: dict, outcome, state) -> None:
 
 def _record_result(header: dict, blob: bytes, attempt: _Attempt, outcome) -> None:
     """A "result" frame of a question still to probe: kept only when signed with the run's key."""
-    from .training import stamp
-
     if header["qid"] in attempt.clocked and header["qid"] in outcome.probes:
         return
     if not signed_by_probe(header, blob, attempt.key):
