@@ -158,6 +158,12 @@ def _held(result: dict) -> list[dict]:
     return [q for q in result.get("questions") or [] if isinstance(q, dict) and q.get("held")]
 
 
+def _table(columns: list[str], rows: list[str]) -> list[str]:
+    """A table's parts of the page: its head (``columns``, already escaped), one part a row, its end."""
+    return ["<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr></thead><tbody>",
+            *rows, "</tbody></table>"]
+
+
 def _question_row(qid: str, s: dict) -> str:
     """One question's row of an assignment's table: mean, full marks, zeros, named mistakes, other reasons."""
     esc = html.escape
@@ -192,11 +198,9 @@ def _assignment_section(assignment: str, a: dict) -> list[str]:
         return parts
     parts.append(f"<img alt=\"score distribution per question of {esc(assignment)}\" "
                  f"src=\"data:image/png;base64,{_plot(assignment, a['questions'])}\">")
-    parts.append("<table><thead><tr><th>question</th><th>mean</th><th>full marks</th>"
-                 "<th>zero</th><th>most frequent named mistakes</th>"
-                 "<th>other reasons for losing points</th></tr></thead><tbody>")
-    parts.extend(_question_row(qid, s) for qid, s in a["questions"].items())
-    parts.append("</tbody></table>")
+    parts += _table(["question", "mean", "full marks", "zero", "most frequent named mistakes",
+                     "other reasons for losing points"],
+                    [_question_row(qid, s) for qid, s in a["questions"].items()])
     return parts
 
 
@@ -221,17 +225,15 @@ def _held_section(results: list[dict], baseline: dict) -> list[str]:
     if not flagged:
         parts.append("<p class=\"muted\">No submission was flagged or held.</p>")
         return parts
-    parts.append("<table><thead><tr><th>student</th><th>assignment</th><th>automatic score</th>"
-                 "<th>held questions</th><th>flags</th></tr></thead><tbody>")
+    rows = []
     for r in sorted(flagged, key=lambda r: (r["assignment"], r["student"])):
         flags = "".join(f"<li>{esc(str(f))}</li>" for f in own(r) or r.get("flags") or [])
         held = ", ".join(esc(str(q.get("id"))) for q in _held(r)) or "<span class=\"muted\">none</span>"
-        parts.append(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
-                     f"<td class=\"n\">{float(r.get('score', 0)):g}/{float(r.get('max_score', 0)):g}</td>"
-                     f"<td>{held}</td>"
-                     f"<td><ul>{flags}</ul></td></tr>")
-    parts.append("</tbody></table>")
-    return parts
+        rows.append(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
+                    f"<td class=\"n\">{float(r.get('score', 0)):g}/{float(r.get('max_score', 0)):g}</td>"
+                    f"<td>{held}</td>"
+                    f"<td><ul>{flags}</ul></td></tr>")
+    return parts + _table(["student", "assignment", "automatic score", "held questions", "flags"], rows)
 
 
 def _not_graded_section(results: list[dict]) -> list[str]:
@@ -242,13 +244,10 @@ def _not_graded_section(results: list[dict]) -> list[str]:
     if not odd:
         parts.append("<p class=\"muted\">Every submission ran normally.</p>")
         return parts
-    parts.append("<table><thead><tr><th>student</th><th>assignment</th><th>status</th>"
-                 "<th>reason</th></tr></thead><tbody>")
-    for r in sorted(odd, key=lambda r: (r["assignment"], r["student"])):
-        parts.append(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
-                     f"<td>{esc(str(r.get('status')))}</td><td>{esc(str(r.get('reason', ''))[:400])}</td></tr>")
-    parts.append("</tbody></table>")
-    return parts
+    rows = [f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
+            f"<td>{esc(str(r.get('status')))}</td><td>{esc(str(r.get('reason', ''))[:400])}</td></tr>"
+            for r in sorted(odd, key=lambda r: (r["assignment"], r["student"]))]
+    return parts + _table(["student", "assignment", "status", "reason"], rows)
 
 
 def render(results: list[dict], title: str = "Grading report", baseline: dict | None = None,
