@@ -140,7 +140,7 @@ def _numbers(text: str) -> list[float]:
 def test_a_catalogued_hint_never_states_the_value(q):
     """Each wrong value's title, hint and question lead back to the reasoning without the expected
     value: no number in them is the expected value (under the question's own tolerance)."""
-    from autograder.judging.catalogue.concepts import values_close
+    from autograder.judging.compare import values_close
 
     params = q.cases[0].params
     expected = entry(q.id).references()[0]
@@ -156,7 +156,7 @@ def test_the_value_is_not_in_what_the_sandbox_holds(q):
     """questions/ runs beside student code: nothing it says about a value question (title,
     case parameters) is the expected value. (An option number, 1 to 4,
     is unavoidably a small integer: the next test looks at the multiple-choice question.)"""
-    from autograder.judging.catalogue.concepts import values_close
+    from autograder.judging.compare import values_close
 
     params = q.cases[0].params
     expected = entry(q.id).references()[0]

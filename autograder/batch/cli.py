@@ -48,7 +48,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from autograder.batch import similarity_report
+from autograder.batch import feedback, gradebook, report, similarity_report
 from autograder.batch.outputs import csv_name, write_csv, write_missing_autograded, write_pages
 from autograder.batch.pool import Pool, preload_modules
 from autograder.batch.sources import course_id, find_source_dir, load_sources
@@ -56,6 +56,7 @@ from autograder.batch.state import load_state, save_state
 from autograder.batch.submission import short_reason
 from autograder.batch.tasks import Task, discover, grader_version, questions_by_assignment, shard_of
 from autograder.batch.text import clean
+from autograder.hosts.sandbox import Limits, mode
 
 DEFAULT_TIMEOUT = 30.0
 DEFAULT_MEMORY_MB = 2048
@@ -109,8 +110,6 @@ def parse_shard(text: str | None) -> tuple[int, int] | None:
 
 def run(args: argparse.Namespace) -> int:
     """The ``grade`` command: what to grade, the jobs that grade it, the class's files."""
-    from autograder.batch import feedback, gradebook, report
-
     started = time.monotonic()
     _safe_streams()
     root = Path(args.root).resolve()
@@ -212,7 +211,6 @@ def _job_options(args: argparse.Namespace, root: Path, source_dir: Path | None, 
                  assignments: list[str]) -> dict:
     """What every grading job is started with: its limits, the zygote's preloaded modules,
     the folders the sandbox hides, whether inputs are public, where to write the pages."""
-    from autograder.hosts.sandbox import Limits
     limits = Limits(timeout=args.timeout, memory_mb=args.memory)
     course_root = source_dir.parent if source_dir else None
     hide = [str(root)] + ([str(course_root)] if course_root else []) + \
@@ -225,7 +223,6 @@ def _job_options(args: argparse.Namespace, root: Path, source_dir: Path | None, 
 def _print_plan(todo: list[Task], shown: list[Task], jobs: int, shard: tuple[int, int] | None,
                 limits: dict) -> None:
     """The first line of the command's output (and a warning when bubblewrap is unusable)."""
-    from autograder.hosts.sandbox import mode
     sandbox_mode = mode()
     where = f" (shard {shard[0]} of {shard[1]})" if shard else ""
     print(f"grading {len(todo)} submission(s) of {len({t.student for t in shown})} student(s){where} "

@@ -18,10 +18,11 @@ import re
 import sys
 from pathlib import Path
 
-from autograder.batch import similarity_report
+from autograder.batch import gradebook, report, similarity_report
 from autograder.batch.outputs import CSV_COLUMNS, write_csv, write_rows
 from autograder.batch.sources import course_id, find_source_dir
 from autograder.batch.state import STATE, load_results
+
 
 SHARD_CSV = re.compile(r"^grades-(\d+)-of-(\d+)\.csv$")
 
@@ -63,7 +64,6 @@ def merge_shard_csvs(root: Path) -> tuple[list[list[str]], int] | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from autograder.batch import gradebook, report
     parser = argparse.ArgumentParser(prog="python -m autograder export", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root", help="the grading root given to `python -m autograder grade`")
@@ -108,7 +108,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def report_main(argv: list[str] | None = None) -> int:
     """``python -m autograder report ROOT``: ROOT/report.html from the saved results."""
-    from autograder.batch import report
     parser = argparse.ArgumentParser(prog="python -m autograder report", description=report.__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("root")

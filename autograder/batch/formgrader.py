@@ -94,104 +94,126 @@ def _cell_maker(kind: str):
     return make
 
 
+def _student_cells(raw: bytes | None, problem: str) -> tuple[list[dict], str]:
+    """The cells (dicts) of the submitted notebook ``raw``, and the problem that stopped the
+    grading normally (unchanged, or why ``raw`` could not be read)."""
+    if raw is None or problem:
+        return [], problem
+    try:
+        nb = json.loads(raw)
+        return [c for c in nb.get("cells", []) if isinstance(c, dict)], problem
+    except (ValueError, AttributeError, UnicodeDecodeError) as error:
+        return [], f"the notebook could not be read ({error})"
+
+
+class _NotebookBuilder:
+    """The cells of one autograded notebook: fresh cell ids, the source's nbgrader metadata, the
+    grader's verdicts on the test cells."""
+
+    def __init__(self, source, result: dict):
+        self.new_code_cell, self.new_markdown_cell, self.new_raw_cell = (
+            _cell_maker(kind) for kind in ("code", "markdown", "raw"))
+        self.trusted = {cell["name"]: cell for cell in source.source_cells}
+        self.grade_cells = {c.name: c for c in source.grade_cells}
+        self.solution = set(source.solution_cells)
+        self.result = result
+        self.used_ids: set[str] = set()
+        self.seen_grade_ids: set[str] = set()
+        self.last_suffix: dict[str, int] = {}
+
+    def fresh_id(self, wanted) -> str:
+        """A cell id not used yet: ``wanted`` if free, else ``<base>-<n>``. The search for
+        ``n`` goes on from where the last one for this base stopped, so that n cells
+        without an id cost O(n) in all, not O(n^2)."""
+        base = wanted if isinstance(wanted, str) and _ID.match(wanted) else "cell"
+        cid, n = base, self.last_suffix.get(base, 1)
+        while cid in self.used_ids:
+            n += 1
+            cid = f"{base[:56]}-{n}"
+        self.last_suffix[base] = n
+        self.used_ids.add(cid)
+        return cid
+
+    def metadata_for(self, name: str, kind: str) -> dict:
+        meta = {"grade": name in self.grade_cells, "grade_id": name,
+                "locked": bool(self.trusted.get(name, {}).get("locked")),
+                "schema_version": 3, "solution": name in self.solution, "task": False}
+        if name in self.grade_cells:
+            meta["points"] = self.grade_cells[name].points
+        return meta
+
+    def add_verdict(self, cell, name: str) -> None:
+        import nbformat
+        message, ok = verdict_text(self.grade_cells[name].qids, self.result)
+        cell.outputs = [nbformat.NotebookNode(output_type="stream", name="stdout" if ok else "stderr", text=message)]
+
+    def copied_cell(self, cell: dict):
+        """The student's ``cell`` as the autograded notebook shows it (None for an unknown kind):
+        no output, markdown cleaned, nbgrader metadata only from the source's cell of that name."""
+        kind = cell.get("cell_type")
+        text = _text(cell.get("source", ""))
+        meta = ((cell.get("metadata") or {}).get("nbgrader") or {}) if isinstance(cell.get("metadata"), dict) else {}
+        name = meta.get("grade_id") if isinstance(meta, dict) else None
+        known = isinstance(name, str) and name in self.trusted and name not in self.seen_grade_ids \
+            and self.trusted[name]["cell_type"] == kind
+        if known and name in self.grade_cells:
+            text = HIDDEN.sub("", text)       # never show the source's hidden tests
+        if kind == "code":
+            new = self.new_code_cell(text, id=self.fresh_id(cell.get("id")))
+        elif kind == "markdown":
+            new = self.new_markdown_cell(sanitize.markdown_cell_source(text), id=self.fresh_id(cell.get("id")))
+        elif kind == "raw":
+            new = self.new_raw_cell(text, id=self.fresh_id(cell.get("id")))
+        else:
+            return None
+        if known:
+            self.seen_grade_ids.add(name)
+            new.metadata["nbgrader"] = self.metadata_for(name, kind)
+            if kind == "code" and name in self.grade_cells:
+                self.add_verdict(new, name)
+        return new
+
+    def missing_cell(self, name: str, cell, any_cells: bool):
+        """The cell that stands for grade cell ``name`` the student deleted (None for a kind
+        that is neither markdown nor code)."""
+        if cell.cell_type == "markdown":     # a written answer the student deleted: 0 in formgrader
+            new = self.new_markdown_cell(sanitize.markdown_cell_source(
+                "**(the answer cell of this written question was missing from the submitted notebook)**"),
+                id=self.fresh_id(name.replace("_", "-")))
+            new.metadata["nbgrader"] = self.metadata_for(name, "markdown")
+            return new
+        if cell.cell_type != "code":
+            return None
+        visible = HIDDEN.sub("", self.trusted.get(name, {}).get("source", "")).rstrip() + "\n"
+        note = "# (this test cell was missing from the submitted notebook)\n" if any_cells else ""
+        new = self.new_code_cell(note + visible, id=self.fresh_id(name.replace("_", "-")))
+        new.metadata["nbgrader"] = self.metadata_for(name, "code")
+        self.add_verdict(new, name)
+        return new
+
+
 def build_notebook(raw: bytes | None, source, result: dict, problem: str = ""):
     """The autograded notebook (an nbformat NotebookNode) for one submission."""
     import nbformat
     from nbformat.v4 import new_notebook
 
-    new_code_cell, new_markdown_cell, new_raw_cell = (_cell_maker(kind) for kind in ("code", "markdown", "raw"))
-
-    trusted = {}
-    for cell in source.source_cells:
-        trusted[cell["name"]] = cell
-    grade_cells = {c.name: c for c in source.grade_cells}
-    solution = set(source.solution_cells)
-    cells_in = []
-    if raw is not None and not problem:
-        try:
-            nb = json.loads(raw)
-            cells_in = [c for c in nb.get("cells", []) if isinstance(c, dict)]
-        except (ValueError, AttributeError, UnicodeDecodeError) as error:
-            problem = f"the notebook could not be read ({error})"
-            cells_in = []
+    builder = _NotebookBuilder(source, result)
+    cells_in, problem = _student_cells(raw, problem)
     out = new_notebook()
     out.metadata = {"kernelspec": {"display_name": "Python 3", "language": "python", "name": "python3"},
                     "language_info": {"name": "python"}}
     if problem:
-        out.cells.append(new_markdown_cell(sanitize.markdown_cell_source(f"**Not graded normally:** {problem}")))
-    used_ids, seen_grade_ids = set(), set()
-    last_suffix: dict[str, int] = {}
-
-    def fresh_id(wanted) -> str:
-        """A cell id not used yet: ``wanted`` if free, else ``<base>-<n>``. The search for
-        ``n`` goes on from where the last one for this base stopped, so that n cells
-        without an id cost O(n) in all, not O(n^2)."""
-        base = wanted if isinstance(wanted, str) and _ID.match(wanted) else "cell"
-        cid, n = base, last_suffix.get(base, 1)
-        while cid in used_ids:
-            n += 1
-            cid = f"{base[:56]}-{n}"
-        last_suffix[base] = n
-        used_ids.add(cid)
-        return cid
-
-    def metadata_for(name: str, kind: str) -> dict:
-        meta = {"grade": name in grade_cells, "grade_id": name,
-                "locked": bool(trusted.get(name, {}).get("locked")),
-                "schema_version": 3, "solution": name in solution, "task": False}
-        if name in grade_cells:
-            meta["points"] = grade_cells[name].points
-        return meta
-
-    def verdict_cell(name: str, text: str):
-        cell = new_code_cell(text, id=fresh_id(name.replace("_", "-")))
-        cell.metadata["nbgrader"] = metadata_for(name, "code")
-        return cell
-
-    def add_verdict(cell, name: str) -> None:
-        message, ok = verdict_text(grade_cells[name].qids, result)
-        cell.outputs = [nbformat.NotebookNode(output_type="stream", name="stdout" if ok else "stderr", text=message)]
-
+        out.cells.append(builder.new_markdown_cell(
+            sanitize.markdown_cell_source(f"**Not graded normally:** {problem}")))
     for cell in cells_in:
-        kind = cell.get("cell_type")
-        text = _text(cell.get("source", ""))
-        meta = ((cell.get("metadata") or {}).get("nbgrader") or {}) if isinstance(cell.get("metadata"), dict) else {}
-        name = meta.get("grade_id") if isinstance(meta, dict) else None
-        known = isinstance(name, str) and name in trusted and name not in seen_grade_ids \
-            and trusted[name]["cell_type"] == kind
-        if known and name in grade_cells:
-            text = HIDDEN.sub("", text)       # never show the source's hidden tests
-        if kind == "code":
-            new = new_code_cell(text, id=fresh_id(cell.get("id")))
-        elif kind == "markdown":
-            new = new_markdown_cell(sanitize.markdown_cell_source(text), id=fresh_id(cell.get("id")))
-        elif kind == "raw":
-            new = new_raw_cell(text, id=fresh_id(cell.get("id")))
-        else:
-            continue
-        if known:
-            seen_grade_ids.add(name)
-            new.metadata["nbgrader"] = metadata_for(name, kind)
-            if kind == "code" and name in grade_cells:
-                add_verdict(new, name)
-        out.cells.append(new)
-    for name, cell in grade_cells.items():
-        if name in seen_grade_ids:
-            continue
-        if cell.cell_type == "markdown":     # a written answer the student deleted: 0 in formgrader
-            new = new_markdown_cell(sanitize.markdown_cell_source(
-                "**(the answer cell of this written question was missing from the submitted notebook)**"),
-                id=fresh_id(name.replace("_", "-")))
-            new.metadata["nbgrader"] = metadata_for(name, "markdown")
+        new = builder.copied_cell(cell)
+        if new is not None:
             out.cells.append(new)
-            continue
-        if cell.cell_type != "code":
-            continue
-        visible = HIDDEN.sub("", trusted.get(name, {}).get("source", "")).rstrip() + "\n"
-        note = "# (this test cell was missing from the submitted notebook)\n" if cells_in else ""
-        new = verdict_cell(name, note + visible)
-        add_verdict(new, name)
-        out.cells.append(new)
+    for name, grade_cell in builder.grade_cells.items():
+        if name not in builder.seen_grade_ids:
+            new = builder.missing_cell(name, grade_cell, bool(cells_in))
+            if new is not None:
+                out.cells.append(new)
     nbformat.validate(out)
     return out
 

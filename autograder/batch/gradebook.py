@@ -33,6 +33,8 @@ import warnings
 import zlib
 from pathlib import Path
 
+from autograder.batch.outputs import write_rows
+
 RETRIES = 5
 INSTALL_HINT = "pip install 'vitref-course[grading]'"
 
@@ -137,8 +139,7 @@ def write(db_url: str, course_id: str, sources: dict, results: list[dict]) -> in
 
 
 def _write_once(db_url: str, course_id: str, sources: dict, results: list[dict]) -> None:
-    from nbgrader.api import (Comment, Grade, Gradebook, Student, SubmittedAssignment,
-                              SubmittedNotebook)
+    from nbgrader.api import Gradebook
 
     used = sorted({r["assignment"] for r in results if r["assignment"] in sources})
     with warnings.catch_warnings(), Gradebook(db_url, course_id) as gb:
@@ -146,62 +147,79 @@ def _write_once(db_url: str, course_id: str, sources: dict, results: list[dict])
         warnings.simplefilter("ignore")
         try:
             for assignment in used:
-                src = sources[assignment]
-                gb.update_or_create_assignment(assignment)
-                gb.update_or_create_notebook(src.notebook, assignment)
-                for cell in src.grade_cells:
-                    gb.update_or_create_grade_cell(cell.name, src.notebook, assignment,
-                                                   max_score=cell.points, cell_type=cell.cell_type)
-                for name in src.solution_cells:
-                    gb.update_or_create_solution_cell(name, src.notebook, assignment)
-                for cell in src.source_cells:
-                    gb.update_or_create_source_cell(cell["name"], src.notebook, assignment,
-                                                    cell_type=cell["cell_type"], locked=cell["locked"],
-                                                    source=cell["source"])
-            # The submissions: nbgrader's own models, built as Gradebook.add_submission builds
-            # them (a SubmittedNotebook per notebook, a Grade per grade cell, a Comment per
-            # solution cell), in one transaction: add_submission commits once per call, which
-            # takes about a minute for 800 submissions.
-            known_students = {st.id for st in gb.students}
-            for student in sorted({r["student"] for r in results if r["assignment"] in sources}):
-                if student not in known_students:
-                    gb.db.add(Student(id=student))
-            gb.db.flush()
-            students = {st.id: st for st in gb.students}
-            assignments = {a.name: a for a in gb.assignments}
-            existing = {(sub.assignment.name, sub.student.id): sub
-                        for sub in gb.db.query(SubmittedAssignment).all()}
-            for r in results:
-                if r["assignment"] not in sources:
-                    continue
-                src = sources[r["assignment"]]
-                sub = existing.get((r["assignment"], r["student"]))
-                if sub is None:
-                    sub = SubmittedAssignment(assignment=assignments[r["assignment"]],
-                                              student=students[r["student"]])
-                    for notebook in sub.assignment.notebooks:
-                        nb = SubmittedNotebook(notebook=notebook, assignment=sub)
-                        for grade_cell in notebook.grade_cells:
-                            Grade(cell_id=grade_cell.id, notebook=nb)
-                        for solution_cell in notebook.solution_cells:
-                            Comment(cell_id=solution_cell.id, notebook=nb)
-                        for task_cell in notebook.task_cells:
-                            Comment(cell_id=task_cell.id, notebook=nb)
-                            Grade(cell_id=task_cell.id, notebook=nb)
-                    gb.db.add(sub)
-                    existing[(r["assignment"], r["student"])] = sub
-                stamp = r.get("timestamp")
-                if stamp:
-                    try:
-                        from nbgrader.utils import parse_utc
-                        sub.timestamp = parse_utc(stamp)
-                    except Exception:  # noqa: BLE001 - a timestamp is informative only
-                        pass
-                _scores(sub, src, r)
+                _write_structure(gb, assignment, sources[assignment])
+            _write_submissions(gb, sources, results)
             gb.db.commit()
         except BaseException:
             gb.db.rollback()
             raise
+
+
+def _write_structure(gb, assignment: str, src) -> None:
+    """The assignment's notebook and its grade, solution and source cells, from its source."""
+    gb.update_or_create_assignment(assignment)
+    gb.update_or_create_notebook(src.notebook, assignment)
+    for cell in src.grade_cells:
+        gb.update_or_create_grade_cell(cell.name, src.notebook, assignment,
+                                       max_score=cell.points, cell_type=cell.cell_type)
+    for name in src.solution_cells:
+        gb.update_or_create_solution_cell(name, src.notebook, assignment)
+    for cell in src.source_cells:
+        gb.update_or_create_source_cell(cell["name"], src.notebook, assignment,
+                                        cell_type=cell["cell_type"], locked=cell["locked"],
+                                        source=cell["source"])
+
+
+def _write_submissions(gb, sources: dict, results: list[dict]) -> None:
+    """The submissions: nbgrader's own models, built as Gradebook.add_submission builds them (a
+    SubmittedNotebook per notebook, a Grade per grade cell, a Comment per solution cell), in the
+    caller's one transaction: add_submission commits once per call, which takes about a minute
+    for 800 submissions."""
+    from nbgrader.api import Student, SubmittedAssignment
+
+    known_students = {st.id for st in gb.students}
+    for student in sorted({r["student"] for r in results if r["assignment"] in sources}):
+        if student not in known_students:
+            gb.db.add(Student(id=student))
+    gb.db.flush()
+    students = {st.id: st for st in gb.students}
+    assignments = {a.name: a for a in gb.assignments}
+    existing = {(sub.assignment.name, sub.student.id): sub
+                for sub in gb.db.query(SubmittedAssignment).all()}
+    for r in results:
+        if r["assignment"] not in sources:
+            continue
+        src = sources[r["assignment"]]
+        sub = existing.get((r["assignment"], r["student"]))
+        if sub is None:
+            sub = _new_submission(assignments[r["assignment"]], students[r["student"]])
+            gb.db.add(sub)
+            existing[(r["assignment"], r["student"])] = sub
+        stamp = r.get("timestamp")
+        if stamp:
+            try:
+                from nbgrader.utils import parse_utc
+                sub.timestamp = parse_utc(stamp)
+            except Exception:  # noqa: BLE001 - a timestamp is informative only
+                pass
+        _scores(sub, src, r)
+
+
+def _new_submission(assignment, student):
+    """A SubmittedAssignment with its notebooks, grades and comments, as add_submission makes it."""
+    from nbgrader.api import Comment, Grade, SubmittedAssignment, SubmittedNotebook
+
+    sub = SubmittedAssignment(assignment=assignment, student=student)
+    for notebook in sub.assignment.notebooks:
+        nb = SubmittedNotebook(notebook=notebook, assignment=sub)
+        for grade_cell in notebook.grade_cells:
+            Grade(cell_id=grade_cell.id, notebook=nb)
+        for solution_cell in notebook.solution_cells:
+            Comment(cell_id=solution_cell.id, notebook=nb)
+        for task_cell in notebook.task_cells:
+            Comment(cell_id=task_cell.id, notebook=nb)
+            Grade(cell_id=task_cell.id, notebook=nb)
+    return sub
 
 
 def _scores(sub, src, result: dict) -> None:
@@ -259,7 +277,6 @@ def _neutralise_csv(path: Path) -> None:
     import csv
     import locale
 
-    from autograder.batch.outputs import write_rows
     # nbgrader's plugin writes with the locale's encoding (open() without one)
     with open(path, newline="", encoding=locale.getpreferredencoding(False), errors="replace") as fh:
         rows = list(csv.reader(fh))

@@ -10,9 +10,11 @@ import os
 import sys
 from pathlib import Path
 
+from autograder.batch import feedback, formgrader
 from autograder.batch.submission import short_reason
 from autograder.batch.tasks import Task
 from autograder.batch.text import clean, csv_field
+
 
 CSV_COLUMNS = ["student", "assignment", "question", "score", "max_score", "reason"]
 
@@ -55,7 +57,6 @@ def write_pages(options: dict, task: Task, result: dict) -> None:
     notebook), written by the job that graded the submission, not by the coordinator: a
     notebook that is costly to copy delays only its own job. ``result["pages"]`` says they
     were written (the coordinator writes them for results it makes itself)."""
-    from autograder.batch import feedback, formgrader
     root = options.get("root")
     if root is None:
         return
@@ -74,7 +75,6 @@ def write_pages(options: dict, task: Task, result: dict) -> None:
 def write_missing_autograded(root: Path, results: list[dict], tasks: dict, sources: dict) -> None:
     """The autograded notebook of every result that has none yet (results saved before
     autograded notebooks existed). ``tasks``: by (student, assignment)."""
-    from autograder.batch import formgrader
     for r in results:
         task = tasks.get((r["student"], r["assignment"]))
         src = sources.get(r["assignment"])

@@ -18,6 +18,8 @@ from autograder.batch.outputs import write_pages
 from autograder.batch.submission import RunInputs, error_result, grade_task, short_reason
 from autograder.batch.tasks import Task
 from autograder.batch.text import clean
+from autograder.hosts.sandbox import EXTRA_PRELOAD, Limits, Zygote
+
 
 JUDGE_MEMORY_MB = 4096      # memory a grading job may allocate beyond its imports
 
@@ -26,7 +28,6 @@ def preload_modules(sources_dir: Path | None, assignments: list[str]) -> list[st
     """Modules the zygote imports once: the numerical stack and whatever the source
     notebooks import at top level (except the course's own packages)."""
     import ast
-    from autograder.hosts.sandbox import EXTRA_PRELOAD
     mods = list(dict.fromkeys([*EXTRA_PRELOAD, "torch.nn", "torch.nn.functional", "einops.layers.torch"]))
     if sources_dir is None:
         return mods
@@ -61,14 +62,15 @@ def preload_modules(sources_dir: Path | None, assignments: list[str]) -> list[st
 def _worker(slot: int, conn, options: dict) -> None:
     """A grading job: owns one sandbox zygote, grades the tasks it is sent."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)   # the coordinator handles Ctrl-C
-    from autograder.hosts.sandbox import Limits, Zygote
     limits = Limits(**options["limits"])
     zygote = Zygote(slot=slot, preload=tuple(options["preload"]), hide=tuple(options["hide"]),
                     memory_mb=limits.memory_mb)
     _stop_with(zygote)
     try:
         zygote.launch()                # the sandbox boots while this job imports the judges
+        # inner import: the judges (~250 ms: catalogue, vitref) load here, while the sandbox boots, in each job
         import autograder.judging.judge  # noqa: F401 - imported now, not on the first task
+        # inner import: as above (the references the judges build)
         import vitref  # noqa: F401 - the judges' references, imported now, not on the first task
         zygote.wait_ready()
     except Exception:  # noqa: BLE001 - run() restarts it on the first task and reports there

@@ -29,6 +29,10 @@ import os
 import re
 from pathlib import Path
 
+import autograder
+from autograder.judging.scan import suspicious
+from autograder.student.cells import code_cells
+
 KNOWN = re.compile(r"Looks like a known mistake: (.+?)\.(?:\s|$)")
 TOP = 5
 STYLE = """
@@ -48,7 +52,7 @@ def mistake_titles() -> dict[tuple[str, str], str]:
     """{(qid, mistake key): title} from the catalogue of known mistakes (grader side)."""
     out = {}
     try:
-        import autograder
+        # inner import: the catalogue (~250 ms with vitref) stays out of the `grade` coordinator until the report
         from autograder.judging.catalogue import entry
         for q in autograder.questions():
             try:
@@ -139,11 +143,8 @@ def baseline_flags(source_dir, assignments) -> dict[str, set]:
     out: dict[str, set] = {}
     if source_dir is None:
         return out
-    from pathlib import Path as _P
-    from autograder.judging.scan import suspicious
-    from autograder.student.cells import code_cells
     for a in assignments:
-        path = _P(source_dir) / a / f"{a}.ipynb"
+        path = Path(source_dir) / a / f"{a}.ipynb"
         try:
             cells, problem = code_cells(path.read_bytes())
             out[a] = set(suspicious(cells)) if not problem else set()
@@ -157,6 +158,98 @@ def _held(result: dict) -> list[dict]:
     return [q for q in result.get("questions") or [] if isinstance(q, dict) and q.get("held")]
 
 
+def _table(columns: list[str], rows: list[str]) -> list[str]:
+    """A table's parts of the page: its head (``columns``, already escaped), one part a row, its end."""
+    return ["<table><thead><tr>" + "".join(f"<th>{c}</th>" for c in columns) + "</tr></thead><tbody>",
+            *rows, "</tbody></table>"]
+
+
+def _question_row(qid: str, s: dict) -> str:
+    """One question's row of an assignment's table: mean, full marks, zeros, named mistakes, other reasons."""
+    esc = html.escape
+    n = len(s["scores"])
+    qmean = sum(s["scores"]) / n if n else 0.0
+    qfull = sum(1 for x in s["scores"] if x == s["max"])
+    zero = sum(1 for x in s["scores"] if x == 0)
+    mistakes = "".join(
+        f"<li><strong>{esc(name)}</strong>: {count} "
+        f"<span class=\"muted\">({esc(', '.join(sorted(s['students'][name])[:8]))}"
+        f"{', ...' if len(s['students'][name]) > 8 else ''})</span></li>"
+        for name, count in s["mistakes"].most_common(TOP)) or "<li class=\"muted\">none</li>"
+    other = "".join(f"<li>{count} &times; {esc(text)}</li>"
+                    for text, count in s["other"].most_common(3)) or \
+        "<li class=\"muted\">none</li>"
+    return (f"<tr><td><code>{esc(qid)}</code><br>{esc(s['title'])}</td>"
+            f"<td class=\"n\">{qmean:.2f}&nbsp;/&nbsp;{s['max']:g}</td>"
+            f"<td class=\"n\">{qfull}/{n}</td><td class=\"n\">{zero}/{n}</td>"
+            f"<td><ol>{mistakes}</ol></td><td><ul>{other}</ul></td></tr>")
+
+
+def _assignment_section(assignment: str, a: dict) -> list[str]:
+    """An assignment's heading, totals, score plot and table of questions."""
+    esc = html.escape
+    mean = sum(a["totals"]) / len(a["totals"]) if a["totals"] else 0.0
+    full = sum(1 for t in a["totals"] if a["max"] and t == a["max"])
+    heading = assignment or "(no assignment: a student folder that was not read)"
+    parts = [f"<h2 id=\"{esc(assignment)}\">{esc(heading)}</h2>"
+             f"<p>{a['submissions']} submission(s); mean {mean:.2f} / {a['max']:g}; "
+             f"{full} with full marks.</p>"]
+    if not a["questions"]:
+        return parts
+    parts.append(f"<img alt=\"score distribution per question of {esc(assignment)}\" "
+                 f"src=\"data:image/png;base64,{_plot(assignment, a['questions'])}\">")
+    parts += _table(["question", "mean", "full marks", "zero", "most frequent named mistakes",
+                     "other reasons for losing points"],
+                    [_question_row(qid, s) for qid, s in a["questions"].items()])
+    return parts
+
+
+def _held_section(results: list[dict], baseline: dict) -> list[str]:
+    """The submissions held for review, with their own flags (not those of the course's notebook)."""
+    esc = html.escape
+
+    def own(r) -> list:
+        return [f for f in r.get("flags") or [] if f not in baseline.get(r["assignment"], set())]
+
+    flagged = [r for r in results if own(r) or _held(r)]
+    parts = ["<h2 id=\"flags\">Held for review</h2><p>Submissions whose source has a construct with "
+             "no place in an answer (instructor flags): every question of the submission is held "
+             "for review. The automatic score is kept in grades.csv and the gradebook, where "
+             "formgrader lists the held questions as needing manual grading; Gradescope shows 0 "
+             "until you override it. Look at these notebooks by hand.</p>"]
+    common = sorted({(a, f) for a, fs in baseline.items() for f in fs
+                     if any(f in (r.get("flags") or []) for r in results if r["assignment"] == a)})
+    if common:
+        parts.append("<p class=\"muted\">Not listed: flags the course's own notebook raises too "
+                     "(its set-up cells): " + "; ".join(f"{esc(a)}: {esc(f)}" for a, f in common) + ".</p>")
+    if not flagged:
+        parts.append("<p class=\"muted\">No submission was flagged or held.</p>")
+        return parts
+    rows = []
+    for r in sorted(flagged, key=lambda r: (r["assignment"], r["student"])):
+        flags = "".join(f"<li>{esc(str(f))}</li>" for f in own(r) or r.get("flags") or [])
+        held = ", ".join(esc(str(q.get("id"))) for q in _held(r)) or "<span class=\"muted\">none</span>"
+        rows.append(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
+                    f"<td class=\"n\">{float(r.get('score', 0)):g}/{float(r.get('max_score', 0)):g}</td>"
+                    f"<td>{held}</td>"
+                    f"<td><ul>{flags}</ul></td></tr>")
+    return parts + _table(["student", "assignment", "automatic score", "held questions", "flags"], rows)
+
+
+def _not_graded_section(results: list[dict]) -> list[str]:
+    """The submissions whose status is not ``ok``, with the reason."""
+    esc = html.escape
+    odd = [r for r in results if r.get("status") not in ("ok", None)]
+    parts = ["<h2 id=\"not-graded-normally\">Not graded normally</h2>"]
+    if not odd:
+        parts.append("<p class=\"muted\">Every submission ran normally.</p>")
+        return parts
+    rows = [f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
+            f"<td>{esc(str(r.get('status')))}</td><td>{esc(str(r.get('reason', ''))[:400])}</td></tr>"
+            for r in sorted(odd, key=lambda r: (r["assignment"], r["student"]))]
+    return parts + _table(["student", "assignment", "status", "reason"], rows)
+
+
 def render(results: list[dict], title: str = "Grading report", baseline: dict | None = None,
            similarity_html: str = "") -> str:
     esc = html.escape
@@ -167,78 +260,9 @@ def render(results: list[dict], title: str = "Grading report", baseline: dict | 
     parts.append(f"<p>{len(results)} submission(s) of {students} student(s), "
                  f"{len(summary)} assignment(s).</p>")
     for assignment in sorted(summary):
-        a = summary[assignment]
-        mean = sum(a["totals"]) / len(a["totals"]) if a["totals"] else 0.0
-        full = sum(1 for t in a["totals"] if a["max"] and t == a["max"])
-        heading = assignment or "(no assignment: a student folder that was not read)"
-        parts.append(f"<h2 id=\"{esc(assignment)}\">{esc(heading)}</h2>"
-                     f"<p>{a['submissions']} submission(s); mean {mean:.2f} / {a['max']:g}; "
-                     f"{full} with full marks.</p>")
-        if not a["questions"]:
-            continue
-        parts.append(f"<img alt=\"score distribution per question of {esc(assignment)}\" "
-                     f"src=\"data:image/png;base64,{_plot(assignment, a['questions'])}\">")
-        parts.append("<table><thead><tr><th>question</th><th>mean</th><th>full marks</th>"
-                     "<th>zero</th><th>most frequent named mistakes</th>"
-                     "<th>other reasons for losing points</th></tr></thead><tbody>")
-        for qid, s in a["questions"].items():
-            n = len(s["scores"])
-            qmean = sum(s["scores"]) / n if n else 0.0
-            qfull = sum(1 for x in s["scores"] if x == s["max"])
-            zero = sum(1 for x in s["scores"] if x == 0)
-            mistakes = "".join(
-                f"<li><strong>{esc(name)}</strong>: {count} "
-                f"<span class=\"muted\">({esc(', '.join(sorted(s['students'][name])[:8]))}"
-                f"{', ...' if len(s['students'][name]) > 8 else ''})</span></li>"
-                for name, count in s["mistakes"].most_common(TOP)) or "<li class=\"muted\">none</li>"
-            other = "".join(f"<li>{count} &times; {esc(text)}</li>"
-                            for text, count in s["other"].most_common(3)) or \
-                "<li class=\"muted\">none</li>"
-            parts.append(f"<tr><td><code>{esc(qid)}</code><br>{esc(s['title'])}</td>"
-                         f"<td class=\"n\">{qmean:.2f}&nbsp;/&nbsp;{s['max']:g}</td>"
-                         f"<td class=\"n\">{qfull}/{n}</td><td class=\"n\">{zero}/{n}</td>"
-                         f"<td><ol>{mistakes}</ol></td><td><ul>{other}</ul></td></tr>")
-        parts.append("</tbody></table>")
-    baseline = baseline or {}
-
-    def own(r) -> list:
-        return [f for f in r.get("flags") or [] if f not in baseline.get(r["assignment"], set())]
-
-    flagged = [r for r in results if own(r) or _held(r)]
-    parts.append("<h2 id=\"flags\">Held for review</h2><p>Submissions whose source has a construct with "
-                 "no place in an answer (instructor flags): every question of the submission is held "
-                 "for review. The automatic score is kept in grades.csv and the gradebook, where "
-                 "formgrader lists the held questions as needing manual grading; Gradescope shows 0 "
-                 "until you override it. Look at these notebooks by hand.</p>")
-    common = sorted({(a, f) for a, fs in baseline.items() for f in fs
-                     if any(f in (r.get("flags") or []) for r in results if r["assignment"] == a)})
-    if common:
-        parts.append("<p class=\"muted\">Not listed: flags the course's own notebook raises too "
-                     "(its set-up cells): " + "; ".join(f"{esc(a)}: {esc(f)}" for a, f in common) + ".</p>")
-    if flagged:
-        parts.append("<table><thead><tr><th>student</th><th>assignment</th><th>automatic score</th>"
-                     "<th>held questions</th><th>flags</th></tr></thead><tbody>")
-        for r in sorted(flagged, key=lambda r: (r["assignment"], r["student"])):
-            flags = "".join(f"<li>{esc(str(f))}</li>" for f in own(r) or r.get("flags") or [])
-            held = ", ".join(esc(str(q.get("id"))) for q in _held(r)) or "<span class=\"muted\">none</span>"
-            parts.append(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
-                         f"<td class=\"n\">{float(r.get('score', 0)):g}/{float(r.get('max_score', 0)):g}</td>"
-                         f"<td>{held}</td>"
-                         f"<td><ul>{flags}</ul></td></tr>")
-        parts.append("</tbody></table>")
-    else:
-        parts.append("<p class=\"muted\">No submission was flagged or held.</p>")
-    odd = [r for r in results if r.get("status") not in ("ok", None)]
-    parts.append("<h2 id=\"not-graded-normally\">Not graded normally</h2>")
-    if odd:
-        parts.append("<table><thead><tr><th>student</th><th>assignment</th><th>status</th>"
-                     "<th>reason</th></tr></thead><tbody>")
-        for r in sorted(odd, key=lambda r: (r["assignment"], r["student"])):
-            parts.append(f"<tr><td>{esc(r['student'])}</td><td>{esc(r['assignment'])}</td>"
-                         f"<td>{esc(str(r.get('status')))}</td><td>{esc(str(r.get('reason', ''))[:400])}</td></tr>")
-        parts.append("</tbody></table>")
-    else:
-        parts.append("<p class=\"muted\">Every submission ran normally.</p>")
+        parts.extend(_assignment_section(assignment, summary[assignment]))
+    parts.extend(_held_section(results, baseline or {}))
+    parts.extend(_not_graded_section(results))
     if similarity_html:
         parts.append(similarity_html)
     parts.append("</body></html>\n")

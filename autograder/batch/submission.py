@@ -8,8 +8,15 @@ from __future__ import annotations
 import os
 import time
 
-from autograder.batch.text import clean, clean_result
+import autograder
 from autograder.batch.tasks import MAX_NOTEBOOK_MB, Refused, Task, read_notebook
+from autograder.batch.text import clean, clean_result
+from autograder.hosts.driver import run_submission
+from autograder.judging import preflight
+from autograder.judging.scan import flags_or_hold, held_reason
+from autograder.questions.inputs import PublicSource
+from autograder.student.cells import code_cells
+
 
 REASON_CHARS = 300
 __all__ = ["MAX_NOTEBOOK_MB", "RunInputs", "error_result", "grade_task", "short_reason"]
@@ -40,8 +47,8 @@ class RunInputs:
 
     def for_submission(self, student: str, assignment: str):
         """``(run, qids) -> (blob, source)`` for :func:`autograder.hosts.driver.run_submission`."""
+        # inner import: judging.secret loads the catalogue and vitref (~250 ms): in the jobs, not the coordinator
         from autograder.judging.secret import SaltedSource, run_inputs, run_salt
-        from autograder.questions.inputs import PublicSource
 
         def draw(run: int, qids) -> tuple[bytes, object]:
             source = PublicSource() if self.key is None else \
@@ -55,14 +62,6 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     """Grade one submission (in a worker process): sandboxed run, then judge every question.
     ``inputs``: the job's secret inputs (None: the public ones); each run of the notebook gets
     its own, and each question is judged on those of the run that probed it."""
-    import autograder
-    from autograder.hosts.driver import run_submission
-    from autograder.judging import preflight
-    from autograder.judging.judge import judge_outcome
-    from autograder.judging.scan import flags_or_hold
-    from autograder.judging.scan import held_reason
-    from autograder.student.cells import code_cells
-
     start = time.monotonic()
     qs = [autograder.question(qid) for qid in task.qids]
     result = {"student": task.student, "assignment": task.assignment, "digest": task.digest,
@@ -89,16 +88,9 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
         return finish([], f"no questions are defined for assignment {task.assignment!r}")
     if task.notebook is None:
         return refuse(task.note, "missing")
-    try:
-        raw = read_notebook(task.notebook, task.base or task.folder or None)  # nothing below followed
-    except Refused as why:
-        return refuse(str(why))
-    problem = preflight.problem(raw)        # the schema, then the sizes the readers see
-    if problem:
+    raw, cells, problem = _read_submission(task)
+    if problem is not None:
         return refuse(problem)
-    cells, problem = code_cells(raw)
-    if problem:
-        return refuse(f"the notebook could not be read: {problem}; nothing could be graded")
 
     if inputs is None:
         inputs = RunInputs(None)
@@ -108,22 +100,41 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     result["run_seconds"] = round(outcome.seconds, 3)
     flags = flags_or_hold(cells)       # a scan that fails holds every question for review
     result["flags"] = [f.text() for f in flags]
-    rows = []
-    for q in qs:
-        verdict = judge_outcome(q, outcome, cells, flags=flags)
-        row = verdict.to_dict()
-        row.pop("flags", None)
-        row["title"] = q.title
-        # a flag holds the score for review: the automatic score stays, the reason says why
-        row["reason"] = "; ".join(r for r in (held_reason(verdict.held),
-                                              "" if verdict.passed else short_reason(verdict.feedback)) if r)
-        rows.append(row)
-    return finish(rows, outcome.reason)
+    return finish([_question_row(q, outcome, cells, flags) for q in qs], outcome.reason)
+
+
+def _read_submission(task: Task) -> tuple[bytes, list[str], str | None]:
+    """The submitted notebook's bytes and code cells, or why it is not graded (None: it is)."""
+    try:
+        raw = read_notebook(task.notebook, task.base or task.folder or None)  # nothing below followed
+    except Refused as why:
+        return b"", [], str(why)
+    problem = preflight.problem(raw)        # the schema, then the sizes the readers see
+    if problem:
+        return raw, [], problem
+    cells, problem = code_cells(raw)
+    if problem:
+        return raw, [], f"the notebook could not be read: {problem}; nothing could be graded"
+    return raw, cells, None
+
+
+def _question_row(q, outcome, cells: list[str], flags: list) -> dict:
+    """Question ``q``'s row: the judge's verdict on what the run sent, held when a flag holds it."""
+    # inner import: the judges (~250 ms: catalogue, vitref) load in the jobs while their sandboxes boot (pool._worker)
+    from autograder.judging.judge import judge_outcome
+
+    verdict = judge_outcome(q, outcome, cells, flags=flags)
+    row = verdict.to_dict()
+    row.pop("flags", None)
+    row["title"] = q.title
+    # a flag holds the score for review: the automatic score stays, the reason says why
+    row["reason"] = "; ".join(r for r in (held_reason(verdict.held),
+                                          "" if verdict.passed else short_reason(verdict.feedback)) if r)
+    return row
 
 
 def error_result(task: Task, reason: str) -> dict:
     """The result of a submission the grader itself failed on (an exception, a job that died)."""
-    import autograder
     rows = [_zero(autograder.question(qid), reason) for qid in task.qids]
     return clean_result({"student": task.student, "assignment": task.assignment, "digest": task.digest,
             "notebook": os.path.basename(task.notebook) if task.notebook else None,

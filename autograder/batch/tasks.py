@@ -15,6 +15,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+import autograder
 from autograder.batch import text
 
 
@@ -49,6 +50,7 @@ def graded_vitref_files() -> list[Path]:
     """The vitref modules the references are built from (``vitref.graded_modules()``: not its
     training, data or plotting code, so a training change regrades nothing)."""
     try:
+        # inner import: optional, a grading install without vitref hashes the grader's folders only
         import vitref
     except ImportError:
         return []
@@ -69,7 +71,6 @@ def grader_version() -> str:
 
 def questions_by_assignment() -> dict[str, list]:
     """The registered questions grouped by assignment (the question's chapter)."""
-    import autograder
     out: dict[str, list] = {}
     for q in autograder.questions():
         out.setdefault(q.chapter, []).append(q)
@@ -227,6 +228,73 @@ def _inodes(folder) -> frozenset:
     return frozenset(found)
 
 
+@dataclass
+class _Discovery:
+    """What every task of one discovery is made with: the questions, the source notebooks (and
+    their inodes, refused when submitted), the grader's version and the trusted folder."""
+    questions: dict[str, list]
+    sources: dict
+    version: str
+    base: str
+    sources_inodes: frozenset
+
+    def qids(self, assignment: str) -> list[str]:
+        return [q.id for q in self.questions.get(assignment, [])]
+
+    def refused(self, student: str, assignment: str, folder: str, reason: str) -> Task:
+        qids = self.qids(assignment)
+        return Task(student, assignment, folder, None, _digest(self.version, qids, reason.encode()), qids,
+                    base=self.base, problem=reason)
+
+    def student_tasks(self, student_entry: os.DirEntry, student: str) -> list[Task]:
+        """The tasks of one ``submitted/<student>`` entry: one per assignment folder."""
+        if student_entry.is_symlink():
+            return [self.refused(student, "", student_entry.path,
+                                 f"submitted/{student} is a symbolic link: submit the folder itself")]
+        if not student_entry.is_dir(follow_symlinks=False):
+            return []
+        try:
+            folders = _entries(student_entry.path)
+        except OSError as error:
+            return [self.refused(student, "", student_entry.path,
+                                 f"submitted/{student} could not be read ({error.strerror or error})")]
+        folder_ids = _ids([e.name for e in folders])
+        tasks = []
+        for folder in folders:
+            task = self.assignment_task(student, folder, folder_ids[folder.name])
+            if task is not None:
+                tasks.append(task)
+        return tasks
+
+    def assignment_task(self, student: str, folder: os.DirEntry, assignment: str) -> Task | None:
+        """The task of one ``submitted/<student>/<assignment>`` entry (None: not a folder)."""
+        where = f"submitted/{student}/{assignment}"
+        if folder.is_symlink():
+            return self.refused(student, assignment, folder.path,
+                                f"{where} is a symbolic link: submit the folder itself")
+        if not folder.is_dir(follow_symlinks=False):
+            return None
+        qids = self.qids(assignment)
+        src = self.sources.get(assignment)
+        try:
+            entry, note = _pick_notebook(_entries(folder.path), assignment,
+                                         [src.notebook] if src else [], where)
+        except OSError as error:
+            return self.refused(student, assignment, folder.path,
+                                f"{where} could not be read ({error.strerror or error})")
+        if entry is None:
+            return Task(student, assignment, folder.path, None, _digest(self.version, qids, b""),
+                        qids, note, base=self.base)
+        try:
+            content = read_notebook(entry.path, self.base, self.sources_inodes)
+        except Refused as why:
+            return Task(student, assignment, folder.path, entry.path,
+                        _digest(self.version, qids, str(why).encode()), qids, note,
+                        base=self.base, problem=str(why))
+        return Task(student, assignment, folder.path, entry.path, _digest(self.version, qids, content),
+                    qids, note, base=self.base)
+
+
 def discover(root: Path, questions: dict[str, list], sources: dict, version: str,
              source_dir=None) -> list[Task]:
     """One task per ROOT/submitted/<student>/<assignment>/ folder, read without following a
@@ -239,63 +307,12 @@ def discover(root: Path, questions: dict[str, list], sources: dict, version: str
     if not submitted.is_dir():
         raise SystemExit(f"{submitted} does not exist: expected submitted/<student>/<assignment>/*.ipynb "
                          f"under the grading root {root}")
-    tasks = []
-    base = str(submitted)
-    sources_inodes = _inodes(source_dir)
-
-    def refused(student: str, assignment: str, folder: str, reason: str) -> Task:
-        qids = [q.id for q in questions.get(assignment, [])]
-        return Task(student, assignment, folder, None, _digest(version, qids, reason.encode()), qids,
-                    base=base, problem=reason)
-
+    discovery = _Discovery(questions, sources, version, str(submitted), _inodes(source_dir))
     students = _entries(submitted)
     student_ids = _ids([e.name for e in students])
+    tasks = []
     for student_entry in students:
-        student = student_ids[student_entry.name]
-        if student_entry.is_symlink():
-            tasks.append(refused(student, "", student_entry.path,
-                                 f"submitted/{student} is a symbolic link: submit the folder itself"))
-            continue
-        if not student_entry.is_dir(follow_symlinks=False):
-            continue
-        try:
-            folders = _entries(student_entry.path)
-        except OSError as error:
-            tasks.append(refused(student, "", student_entry.path,
-                                 f"submitted/{student} could not be read ({error.strerror or error})"))
-            continue
-        folder_ids = _ids([e.name for e in folders])
-        for folder in folders:
-            assignment = folder_ids[folder.name]
-            where = f"submitted/{student}/{assignment}"
-            if folder.is_symlink():
-                tasks.append(refused(student, assignment, folder.path,
-                                     f"{where} is a symbolic link: submit the folder itself"))
-                continue
-            if not folder.is_dir(follow_symlinks=False):
-                continue
-            qids = [q.id for q in questions.get(assignment, [])]
-            src = sources.get(assignment)
-            try:
-                entry, note = _pick_notebook(_entries(folder.path), assignment,
-                                             [src.notebook] if src else [], where)
-            except OSError as error:
-                tasks.append(refused(student, assignment, folder.path,
-                                     f"{where} could not be read ({error.strerror or error})"))
-                continue
-            if entry is None:
-                tasks.append(Task(student, assignment, folder.path, None, _digest(version, qids, b""),
-                                  qids, note, base=base))
-                continue
-            try:
-                content = read_notebook(entry.path, base, sources_inodes)
-            except Refused as why:
-                tasks.append(Task(student, assignment, folder.path, entry.path,
-                                  _digest(version, qids, str(why).encode()), qids, note,
-                                  base=base, problem=str(why)))
-                continue
-            tasks.append(Task(student, assignment, folder.path, entry.path, _digest(version, qids, content),
-                              qids, note, base=base))
+        tasks += discovery.student_tasks(student_entry, student_ids[student_entry.name])
     return tasks
 
 

@@ -120,24 +120,8 @@ def _candidates() -> list[tuple[Path, int]]:
 
 def job_group(name: str, limit_bytes: int) -> Group | None:
     """A fresh group ``name`` with the memory limit, or None where cgroups cannot be used."""
-    for parent, version in _candidates():
-        path = parent / name
-        try:
-            if version == 2:
-                subtree = (parent / "cgroup.subtree_control").read_text().split()
-                if "memory" not in subtree:
-                    continue           # the controller is not delegated to our children
-            path.mkdir(exist_ok=True)
-            group = Group(path, version)
-            group.set_limit(limit_bytes)
-            return group
-        except OSError:
-            try:
-                path.rmdir()
-            except OSError:
-                pass
-            continue
-    return None
+    return _first_group(_candidates(), name, "memory", lambda group: group.set_limit(limit_bytes),
+                        keep_existing=False)
 
 
 def cpu_group(name: str, cpus: float = 1.0) -> Group | None:
@@ -151,15 +135,22 @@ def cpu_group(name: str, cpus: float = 1.0) -> Group | None:
     v1 = _own_path("cpu")
     if v1 is not None and (ROOT / "cpu").is_dir():
         candidates.append((ROOT / "cpu" / v1.lstrip("/"), 1))
+    return _first_group(candidates, name, "cpu", lambda group: group.set_cpus(cpus), keep_existing=True)
+
+
+def _first_group(candidates, name: str, controller: str, configure, keep_existing: bool) -> Group | None:
+    """Group ``name`` under the first of ``candidates`` ((parent, cgroup version)) where it can be made
+    and ``configure``d (in v2, only where ``controller`` is delegated to the parent's children); a
+    group that fails is removed again (``keep_existing``: unless it was there before). None: nowhere."""
     for parent, version in candidates:
         path = parent / name
-        made = not path.exists()
+        made = not path.exists() if keep_existing else True
         try:
-            if version == 2 and "cpu" not in (parent / "cgroup.subtree_control").read_text().split():
-                continue
+            if version == 2 and controller not in (parent / "cgroup.subtree_control").read_text().split():
+                continue               # the controller is not delegated to our children
             path.mkdir(exist_ok=True)
             group = Group(path, version)
-            group.set_cpus(cpus)
+            configure(group)
             return group
         except OSError:
             if made:

@@ -23,11 +23,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import autograder
+from ..judging.judge import judge_outcome
 from ..judging.model import Result
+from ..judging.secret import public_inputs
+from ..questions.inputs import PublicSource
 from ..student.cells import read_cells
+from ..student.zygote import Feed, frame_events
 from .driver import run_submission
 from .identify import identify
 from .sandbox import RunResult, make_bundle
+from .training import held_back
+
 
 DEFAULT_TIMEOUT = 60.0
 GRACE = 5.0                       # seconds the parent waits beyond the child's own time limit
@@ -62,9 +69,6 @@ class LocalHost:
 
     def run(self, notebook: bytes, qids, limits, name="submission.ipynb", options=None, inputs=b"",
             timeout=None) -> RunResult:
-        from ..student.zygote import Feed
-        from .training import held_back
-
         timeout = limits.timeout if timeout is None else timeout
         work = Path(tempfile.mkdtemp(prefix="run-", dir=self.tmp))
         inputs, held = held_back(inputs, qids)     # the training data wait for the probe that asks (Feed)
@@ -116,8 +120,6 @@ def _watch(process, out: Path, feed, data_w: int, deadline: float) -> int | None
     """Wait for the child, reading its frames as they come to hand it the training data when it
     asks and to time the training (:class:`autograder.student.zygote.Feed`); its exit code, or
     None when it ran past ``deadline`` or past the training's limit (``feed.overdue``)."""
-    from ..student.zygote import frame_events
-
     stream = bytearray()
 
     def read_frames(frames) -> None:
@@ -170,15 +172,10 @@ def check_file(path, qids=None, timeout: float = DEFAULT_TIMEOUT) -> list[Result
 
 def check_submission(path, qids=None, timeout: float = DEFAULT_TIMEOUT):
     """:func:`check_file`, and the run's :class:`autograder.hosts.driver.Outcome` (cell errors, notes)."""
-    import autograder
-    from ..judging.judge import judge_outcome
-
     path = Path(path)
     cells = read_cells(path, honor_mark=False)     # the student's own file: a mark in it means nothing
     qids = list(dict.fromkeys(qids)) if qids else default_questions(path)
     questions = [autograder.question(qid) for qid in qids]
-    from ..judging.secret import public_inputs
-    from ..questions.inputs import PublicSource
 
     def inputs(run, run_qids):               # drawn here: the child cannot load datasets
         return public_inputs(run_qids), PublicSource()

@@ -20,7 +20,13 @@ import time
 from dataclasses import dataclass, field
 
 from ..judging.preflight import MAX_CELLS
+from ..questions import question
+from ..questions import inputs as recipes
+from ..questions.forbidden import FORBIDDEN
 from ..student import wire
+from ..student.cells import code_only
+from .training import stamp, timed
+
 
 MAX_ATTEMPTS = 3
 MIN_ATTEMPT = 2.0     # seconds: an attempt with less budget left is not started
@@ -69,9 +75,6 @@ def ban_groups(qids: list[str]) -> list[tuple[tuple[str, ...], list[str]]]:
     it rides along with the group that forbids least (each run costs a fresh sandboxed process
     and every cell again). Its answer is probed there under a ban it does not have;
     :func:`run_submission` runs it again without any ban when that ban got in its way."""
-    from ..questions import question
-    from ..questions.forbidden import FORBIDDEN
-
     groups: dict[tuple[str, ...], list[str]] = {}
     free: list[str] = []
     for qid in qids:
@@ -110,7 +113,6 @@ def _inputs_per_run(inputs):
     caller chose another), from which the judge then rebuilds them."""
     if callable(inputs):
         return inputs
-    from ..questions import inputs as recipes
     source = recipes.current()
     return lambda run, qids: (bytes(inputs), source)
 
@@ -123,9 +125,6 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs=
     ``inputs(run, qids) -> (blob, source)`` gives each run (0, 1, ... in order, the re-run
     without ban included) the packed inputs of its questions ``qids`` and the source they were
     drawn from; a crashed run's attempts reuse its inputs."""
-    from ..questions import question
-    from ..student.cells import code_only
-
     raw = code_only(raw, name)      # the student's process sees its code, nothing else of the file
     outcome = Outcome()
     state = {"skip": [], "notes": [], "started": time.monotonic(), "forbidden_in_cells": False}
@@ -151,10 +150,20 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs=
     return outcome
 
 
-def _run_group(host, raw, qids, ban, limits, name, draw, outcome, state) -> None:
-    from .training import stamp, timed
+@dataclass
+class _Attempt:
+    """One run of the notebook within a group: the questions still to probe, the run's MAC key,
+    the questions the host timed (their first result counts), the run's index and input source."""
+    run: object
+    todo: list
+    key: bytes
+    clocked: set
+    run_index: int
+    source: object
 
-    skip, notes = state["skip"], state["notes"]
+
+def _run_group(host, raw, qids, ban, limits, name, draw, outcome, state) -> None:
+    skip = state["skip"]
     clocked = set(timed(qids))     # the host timed these (their first result counts: hosts/training.py)
     todo = list(qids)
     run_index = len(outcome.runs)      # not `index`: the loops below name cells that way
@@ -163,10 +172,7 @@ def _run_group(host, raw, qids, ban, limits, name, draw, outcome, state) -> None
     for attempt in range(MAX_ATTEMPTS):
         left = state["end"] - time.monotonic()
         if left < MIN_ATTEMPT and (attempt or outcome.attempts):
-            notes.append("no time left in the submission's budget to run the notebook again")
-            for qid in todo:
-                outcome.probes.setdefault(qid, {"unavailable": "not checked: the notebook used up its time "
-                                                               f"limit of {limits.timeout:g} s"})
+            _note_no_time_left(todo, limits, outcome, state)
             break
         outcome.attempts += 1
         # a secret of this run: the probe's result frames carry its MAC, which only the audit hook in the
@@ -175,76 +181,112 @@ def _run_group(host, raw, qids, ban, limits, name, draw, outcome, state) -> None
         options = dict(options_for(float(limits.timeout)), timeout=left, skip_cells=list(skip), ban=ban,
                        frame_key=key.hex())
         run = host.run(raw, todo, limits, name=name, options=options, inputs=inputs, timeout=left)
-        done, last = False, None
-        for header, blob in wire.frames(run.data):
-            kind = header.get("event")
-            if kind == "invalid":
-                outcome.status = "invalid"
-                for qid in todo:
-                    outcome.probes[qid] = {"unavailable": f"the notebook could not be read: "
-                                                          f"{header.get('reason', '')}"}
-            elif kind in ("cell", "probe"):
-                last = header
-            elif kind == "cells":
-                if any("ForbiddenCall" in str(e) for e in header.get("errors", [])):
-                    state["forbidden_in_cells"] = True
-                if not outcome.cell_errors:
-                    errors = [str(e) for e in header.get("errors", [])]
-                    outcome.cell_errors = errors[:50]
-                    if errors:
-                        notes.append("errors while running the notebook: " + "; ".join(errors[:3]))
-                timed = header.get("timed_out")
-                count = header.get("count")
-                # the student's process writes this frame: only indices of real cells, each once, at most
-                # as many as the preflight lets a notebook have (a long list must not cost the grader time)
-                cells = count if isinstance(count, int) and 0 <= count <= MAX_CELLS else MAX_CELLS
-                for index in sorted({i for i in (timed if isinstance(timed, list) else [])[:MAX_CELLS]
-                                     if type(i) is int and 0 <= i < cells} - set(skip)):
-                    if index not in skip:
-                        skip.append(index)     # a cell that hit its time limit is not run again
-                        notes.append(f"cell {index + 1} did not finish within its time limit; "
-                                     f"later runs of the notebook skip it")
-            elif kind == "result" and header.get("qid") in todo:
-                if header["qid"] in clocked and header["qid"] in outcome.probes:
-                    continue
-                if not signed_by_probe(header, blob, key):
-                    if "data" not in outcome.probes.get(header["qid"], {}):
-                        outcome.probes[header["qid"]] = {"unavailable": UNSIGNED}
-                    continue
-                try:
-                    data = wire.read_result(header, blob)
-                    if header["qid"] in clocked:
-                        stamp(data, header["qid"], run)
-                    outcome.probes[header["qid"]] = {"data": data, "run": run_index, "source": source}
-                except Exception as error:  # noqa: BLE001 - whatever the student's process sent
-                    outcome.probes[header["qid"]] = {"unavailable": f"its outputs could not be read ({error})"}
-            elif kind == "unavailable" and header.get("qid") in todo and not (
-                    header["qid"] in clocked and header["qid"] in outcome.probes):
-                outcome.probes[header["qid"]] = {"unavailable": str(header.get("reason", ""))[:300]}
-            elif kind == "done":
-                done = True
+        done, last = _read_frames(_Attempt(run, todo, key, clocked, run_index, source), outcome, state)
         if outcome.status == "invalid" or (done and run.status == "ok"):
             break
-        why = run.describe(limits) if run.status != "ok" else \
-            "the notebook's process ended before its answers could be checked (os._exit?)"
-        if run.output.strip() and run.status in ("exit", "signal", "error"):
-            tail = run.output.strip().splitlines()[-1][:160]
-            why += f" (last output: {tail})"
-        outcome.failure = why
-        outcome.status = "timeout" if run.status == "timeout" else "crashed"
-        if last is None:
-            break                      # it died before the first cell: nothing to skip
-        if last.get("event") == "probe":
-            qid = last.get("qid")
-            if qid in todo and qid not in outcome.probes:
-                outcome.probes[qid] = {"unavailable": why}
-        else:
-            index = int(last.get("index", -1))
-            if index in skip:
-                break
-            skip.append(index)
-            notes.append(f"cell {index + 1} stopped the notebook's process ({why}); "
-                         f"the notebook was run again without it")
+        if not _skip_what_failed(run, limits, last, todo, outcome, state):
+            break
         todo = [q for q in todo if q not in outcome.probes]
         if not todo:
             break
+
+
+def _note_no_time_left(todo, limits, outcome, state) -> None:
+    """The questions ``todo`` not checked: the submission's budget is spent."""
+    state["notes"].append("no time left in the submission's budget to run the notebook again")
+    for qid in todo:
+        outcome.probes.setdefault(qid, {"unavailable": "not checked: the notebook used up its time "
+                                                       f"limit of {limits.timeout:g} s"})
+
+
+def _read_frames(attempt: _Attempt, outcome, state) -> tuple[bool, dict | None]:
+    """What one run's frames say, recorded in ``outcome`` and ``state``; whether the run said it
+    was done, and its last cell or probe frame (where a crash happened)."""
+    todo = attempt.todo
+    done, last = False, None
+    for header, blob in wire.frames(attempt.run.data):
+        kind = header.get("event")
+        if kind == "invalid":
+            outcome.status = "invalid"
+            for qid in todo:
+                outcome.probes[qid] = {"unavailable": f"the notebook could not be read: "
+                                                      f"{header.get('reason', '')}"}
+        elif kind in ("cell", "probe"):
+            last = header
+        elif kind == "cells":
+            _record_cells(header, outcome, state)
+        elif kind == "result" and header.get("qid") in todo:
+            _record_result(header, blob, attempt, outcome)
+        elif kind == "unavailable" and header.get("qid") in todo and not (
+                header["qid"] in attempt.clocked and header["qid"] in outcome.probes):
+            outcome.probes[header["qid"]] = {"unavailable": str(header.get("reason", ""))[:300]}
+        elif kind == "done":
+            done = True
+    return done, last
+
+
+def _record_cells(header: dict, outcome, state) -> None:
+    """The "cells" frame: the cells' errors (the first run's), the cells that hit their time limit."""
+    skip, notes = state["skip"], state["notes"]
+    if any("ForbiddenCall" in str(e) for e in header.get("errors", [])):
+        state["forbidden_in_cells"] = True
+    if not outcome.cell_errors:
+        errors = [str(e) for e in header.get("errors", [])]
+        outcome.cell_errors = errors[:50]
+        if errors:
+            notes.append("errors while running the notebook: " + "; ".join(errors[:3]))
+    timed = header.get("timed_out")
+    count = header.get("count")
+    # the student's process writes this frame: only indices of real cells, each once, at most
+    # as many as the preflight lets a notebook have (a long list must not cost the grader time)
+    cells = count if isinstance(count, int) and 0 <= count <= MAX_CELLS else MAX_CELLS
+    for index in sorted({i for i in (timed if isinstance(timed, list) else [])[:MAX_CELLS]
+                         if type(i) is int and 0 <= i < cells} - set(skip)):
+        if index not in skip:
+            skip.append(index)     # a cell that hit its time limit is not run again
+            notes.append(f"cell {index + 1} did not finish within its time limit; "
+                         f"later runs of the notebook skip it")
+
+
+def _record_result(header: dict, blob: bytes, attempt: _Attempt, outcome) -> None:
+    """A "result" frame of a question still to probe: kept only when signed with the run's key."""
+    if header["qid"] in attempt.clocked and header["qid"] in outcome.probes:
+        return
+    if not signed_by_probe(header, blob, attempt.key):
+        if "data" not in outcome.probes.get(header["qid"], {}):
+            outcome.probes[header["qid"]] = {"unavailable": UNSIGNED}
+        return
+    try:
+        data = wire.read_result(header, blob)
+        if header["qid"] in attempt.clocked:
+            stamp(data, header["qid"], attempt.run)
+        outcome.probes[header["qid"]] = {"data": data, "run": attempt.run_index, "source": attempt.source}
+    except Exception as error:  # noqa: BLE001 - whatever the student's process sent
+        outcome.probes[header["qid"]] = {"unavailable": f"its outputs could not be read ({error})"}
+
+
+def _skip_what_failed(run, limits, last, todo, outcome, state) -> bool:
+    """After a run that did not finish: record why, and skip the cell that stopped it (or give up
+    the question whose probe it was in). Whether to run the notebook again."""
+    skip, notes = state["skip"], state["notes"]
+    why = run.describe(limits) if run.status != "ok" else \
+        "the notebook's process ended before its answers could be checked (os._exit?)"
+    if run.output.strip() and run.status in ("exit", "signal", "error"):
+        tail = run.output.strip().splitlines()[-1][:160]
+        why += f" (last output: {tail})"
+    outcome.failure = why
+    outcome.status = "timeout" if run.status == "timeout" else "crashed"
+    if last is None:
+        return False                   # it died before the first cell: nothing to skip
+    if last.get("event") == "probe":
+        qid = last.get("qid")
+        if qid in todo and qid not in outcome.probes:
+            outcome.probes[qid] = {"unavailable": why}
+    else:
+        index = int(last.get("index", -1))
+        if index in skip:
+            return False
+        skip.append(index)
+        notes.append(f"cell {index + 1} stopped the notebook's process ({why}); "
+                     f"the notebook was run again without it")
+    return True

@@ -42,6 +42,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .cgroup import cpu_group, job_group
+from .training import held_back
+
 
 BWRAP = shutil.which("bwrap") or "/usr/bin/bwrap"
 BUNDLE_MOUNT = "/opt/grader"        # where the bundle appears inside the sandbox
@@ -352,6 +355,7 @@ def data_dirs() -> tuple[str, ...]:
     answered by the dataset's own label files."""
     dirs = ["/usr/share/datasets", os.environ.get("VITREF_DATA", "")]
     try:
+        # inner import: optional, a bare grading install has no vitref (and so no download cache to hide)
         from vitref.data import cache_dir
 
         dirs.append(str(cache_dir()))
@@ -414,12 +418,10 @@ class Zygote:
                "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "MPLBACKEND": "Agg",
                "PYTHONDONTWRITEBYTECODE": "1"}
         if self.memory_mb and self.group is None:
-            from .cgroup import job_group
             # until the zygote is ready (torch imported): room for its imports plus the allowance
             self.group = job_group(f"autograder-{os.getpid()}-{self.slot}",
                                    (ZYGOTE_BASE_MB + int(self.memory_mb)) << 20)
         if self.cpu_group is None:
-            from .cgroup import cpu_group
             # one CPU of time for the job's processes together (they are also pinned to one: zygote._pin)
             self.cpu_group = cpu_group(f"autograder-{os.getpid()}-{self.slot}", 1.0)
         groups = [g for g in (self.group, self.cpu_group) if g is not None]
@@ -519,8 +521,6 @@ class Zygote:
         ``timeout``: wall seconds for this attempt (default ``limits.timeout``)."""
         if self.proc is None or self.proc.poll() is not None:
             self._restart()
-        from .training import held_back
-
         timeout = limits.timeout if timeout is None else timeout
         options = dict(options or {})
         inputs, held = held_back(inputs, qids)     # the training data wait for the probe that asks (Feed)

@@ -15,24 +15,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..questions import question
+from ..questions.ch09_training import KILL_MARGIN, time_limit
 from ..student import wire
+
 
 DATASET_KEY = "('dataset',"       # how the descriptions of dataset inputs start (inputs.key_text)
 
 
 def timed(qids) -> list[str]:
     """The questions among ``qids`` that train a model (their probe is timed by the host)."""
-    from ..questions import question
-
     return [qid for qid in dict.fromkeys(qids) if question(qid).seconds]
 
 
 def limit(qids) -> float:
     """Seconds from handing over the training data to the training result, beyond which the
     host stops the run (0 when no question of ``qids`` trains)."""
-    from ..questions import question
-    from ..questions.ch09_training import time_limit
-
     seconds = [float(case.params.get("seconds", 0)) for qid in timed(qids) for case in question(qid).cases]
     return time_limit(max(seconds)) if seconds else 0.0
 
@@ -57,8 +55,6 @@ class Held:
 
 
 def overdue_reason(seconds: float) -> str:
-    from ..questions.ch09_training import KILL_MARGIN
-
     return (f"train_vit did not return its model within {seconds:.0f} s of receiving its training data (its "
             f"seconds, 10% + 2 s of slack and {KILL_MARGIN:g} s for sending the parameters): the grader stopped "
             f"it; the time is measured by the grader, not by the notebook's clock")
@@ -71,6 +67,7 @@ def held_back(inputs: bytes, qids) -> tuple[bytes, Held]:
     request = {"held_size": 0, "held_limit": limit(qids), "held_qids": timed(qids)}
     if not inputs:
         return inputs, Held(b"", request)
+    # inner import: judging.secret loads the catalogue and vitref (~250 ms), kept out of the `grade` coordinator
     from ..judging.secret import pack_inputs
 
     source = wire.read_inputs(inputs)

@@ -72,6 +72,15 @@ import traceback
 import zipfile
 from pathlib import Path
 
+import autograder
+from autograder.batch.pool import preload_modules
+from autograder.batch.submission import RunInputs, grade_task
+from autograder.batch.tasks import Task
+from autograder.hosts.identify import identify
+from autograder.hosts.sandbox import Limits, Zygote
+from autograder.hosts.sandbox import mode as sandbox_mode
+from autograder.student.cells import SubmissionError
+
 VENV = "/opt/vitref-venv"
 DEFAULT_TIMEOUT = 120.0      # seconds for the one notebook (Gradescope machines are slow)
 DEFAULT_MEMORY_MB = 2048
@@ -124,7 +133,6 @@ def build(assignment: str, out: Path | None = None, repo: Path | None = None,
           timeout: float = DEFAULT_TIMEOUT, memory_mb: int = DEFAULT_MEMORY_MB,
           visibility: str = "visible") -> Path:
     """Write the Gradescope autograder zip of ``assignment``; returns its path."""
-    import autograder
     repo = Path(repo) if repo else Path(__file__).resolve().parents[2]
     questions = autograder.questions(assignment)         # ValueError: unknown assignment
     if visibility not in ("visible", "hidden", "after_due_date", "after_published"):
@@ -167,9 +175,6 @@ def _notebooks(submission: Path) -> list[Path]:
 
 def _assignments_of(path: Path) -> tuple[str, ...]:
     """The assignments the notebook's own marks name (:mod:`autograder.hosts.identify`), () if none."""
-    from autograder.hosts.identify import identify
-    from autograder.student.cells import SubmissionError
-
     try:
         return identify(path).assignments
     except SubmissionError:
@@ -217,9 +222,8 @@ def pick_mode(hide: tuple[str, ...], log) -> str:
     """The strongest sandbox mode that really works here (a trivial notebook runs in it);
     RuntimeError when none does (the submission is then not graded, and says so: student
     code never runs unsandboxed)."""
-    from autograder.hosts.sandbox import Limits, Zygote, mode
     forced = os.environ.get("AUTOGRADER_SANDBOX")
-    first = mode()
+    first = sandbox_mode()
     candidates = [first] if forced else [m for m in MODES[MODES.index(first):]]
     nb = json.dumps({"cells": [{"cell_type": "code", "source": "x = 1", "metadata": {},
                                 "outputs": [], "execution_count": None}],
@@ -240,12 +244,6 @@ def pick_mode(hide: tuple[str, ...], log) -> str:
 def grade_one(root: Path, config: dict, log) -> dict:
     """Grade the submission under ROOT/submission; returns Gradescope's results dict."""
     import secrets
-
-    import autograder
-    from autograder.batch.pool import preload_modules
-    from autograder.batch.submission import RunInputs, grade_task
-    from autograder.batch.tasks import Task
-    from autograder.hosts.sandbox import Limits, Zygote
 
     submission = root / "submission"
     assignment = config.get("assignment") or detect_assignment(submission)

@@ -47,6 +47,11 @@ import tempfile
 from pathlib import Path
 from typing import Iterable
 
+import autograder
+from autograder.batch import gradebook
+from autograder.batch.cli import main as grade_main
+from autograder.hosts.identify import marks
+
 HEADER_IDS = ("open-in-colab", "colab-setup")
 COLAB_BADGE = "https://colab.research.google.com/assets/colab-badge.svg"
 NBGRADER_CSV = "nbgrader_grades.csv"
@@ -189,8 +194,6 @@ def _graded_order(nb) -> dict[str, int]:
 def question_list(nb, assignment: str) -> str:
     """The list of an assignment's questions that ends its intro cell, built from the registry
     (``autograder.questions()``), in the order of their check cells in the notebook."""
-    import autograder
-
     order = _graded_order(nb)
     questions = sorted((q for q in autograder.questions() if q.chapter == assignment),
                        key=lambda q: order.get(q.id, len(nb.cells)))
@@ -303,9 +306,6 @@ def marks_problem(path: Path, assignment: str) -> str | None:
     autograder check`` under any file name (:mod:`autograder.hosts.identify`), or None: both marks
     must name every question of it, the grade ids (``<id>_answer``, ``<id>_test``) and the check
     cells' ``print(autograder.grade("<id>", ...))`` lines (all a ``.py`` export keeps)."""
-    import autograder
-    from autograder.hosts.identify import marks
-
     wanted = [q.id for q in autograder.questions(assignment)]
     by_grade_id, by_check_line = marks(path)
     for found, what in ((by_grade_id, "nbgrader grade ids"), (by_check_line, "check cells")):
@@ -350,9 +350,6 @@ def autograde(root: Path, course: Path | None = None, csv: Path | None = None,
     CSV export. The grading root is the folder that holds the configured submitted/,
     autograded/ and feedback/ folders (``instructor/``). Returns the CSV path (None when
     there was nothing to grade)."""
-    from autograder.batch import gradebook
-    from autograder.batch.cli import main as grade_main
-
     course, config, paths, db_url = _course_paths(root, course)
     gradebook.require_nbgrader(db_url)
     submitted = Path(paths["submitted_directory"])

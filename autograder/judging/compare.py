@@ -5,6 +5,7 @@ judge's way (shared by the judge's diagnoses in the catalogue).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -198,3 +199,18 @@ def case_rows(question: Question, data: dict, references: Callable[[], list]) ->
         matched = any(compare_case(question, case, student, r) is None for r in outputs)
         rows.append(CaseRow(index, case, student, "ok" if matched else "differs", None, outputs))
     return rows
+
+
+def values_close(got, expected, params) -> bool:
+    """Whether the answer ``got`` counts as ``expected`` under the case's comparison."""
+    got, expected = float(got), float(expected)
+    if math.isnan(got) and math.isnan(expected):
+        return True                                  # a catalogued "NaN" answer
+    if not (math.isfinite(got) and math.isfinite(expected)):
+        return False
+    if "options" in params:
+        return got == expected
+    atol, rtol = float(params.get("atol", 0.0)), float(params.get("rtol", 0.0))
+    if atol == 0 and rtol == 0:
+        return got == expected
+    return abs(got - expected) <= atol + rtol * abs(expected)

@@ -27,8 +27,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..questions.base import Question
-from .compare import CaseRow, case_rows, compare_outputs, param_grads_equal
-from .messages import outputs_equal, values_close
+from .compare import CaseRow, case_rows, compare_outputs, param_grads_equal, values_close
+from .messages import outputs_equal
 from .model import Mistake
 from .params import AlignmentError
 from .variants import MAX_CANDIDATES, NoMoreCandidates, NotApplicable, run_variant

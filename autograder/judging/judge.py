@@ -63,62 +63,19 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
     def fail(text, mistake=None):
         return Result(qid, False, 0.0, points, f"{question.title}: not yet. {text}", mistake)
 
-    if data.get("fatal"):
-        return fail(data["fatal"])
-    hits = list(dict.fromkeys(getattr(h, "key", h) for h in static_hits))
-    if hits:
-        details = [h.where for h in static_hits if getattr(h, "where", None)]
-        text = "; ".join(f"your {question.answer_name} {describe_shortcut(key)}" for key in hits)
-        if details:
-            text += f" (found: {details[0]})"
-        return fail("Not accepted: " + text + ".", mistake="shortcut")
+    refused = _refusal(question, data, static_hits)
+    if refused is not None:
+        return fail(*refused)
     cases = data.get("cases") or []
-    forbidden = [c["error"] for c in cases
-                 if isinstance(c, dict) and (c.get("error") or {}).get("type") == "ForbiddenCall"]
-    if forbidden:
-        return fail(f"Not accepted: your {question.answer_name} called a function this exercise forbids "
-                    f"({forbidden[0].get('message', '')}).", mistake="shortcut")
-    if len(cases) != len(question.cases):
-        return fail("the checker could not run your answer on all inputs.")
     if verify:
         try:
             verify_parameters(question, cases)
         except TamperError as error:
             return fail(f"Not accepted: {error}.", mistake="tamper")
         verify = False                          # checked once here; the caches below rely on it
-    problems = []
     catalogued = entry(question.id)             # the one lookup of this walk: handed on from here
-    verdict = catalogued.verdict
     try:
-        for index, (case, student_case) in enumerate(zip(question.cases, cases)):
-            if student_case.get("error"):
-                problems.append((case, _error_text(student_case["error"], question)))
-                continue
-            prop = property_problem(question, case, student_case)
-            if prop:
-                problems.append((case, prop))
-                continue
-            if verdict is not None:
-                message = verdict(question, case, student_case)
-                if message:
-                    problems.append((case, message))
-                continue
-            references, structural = reference_outputs(
-                question, catalogued.references, index, student_case, verify,
-                accept=lambda outputs: compare_outputs(question, case, student_case["outputs"], outputs) is None)
-            if not references:
-                problems.append((case, f"your module's parameters do not fit the exercise: {structural}"))
-                continue
-            messages = []
-            for reference in references:
-                message = compare_case(question, case, student_case, reference)
-                if message is None:
-                    break
-                messages.append((outputs_matching(question, case, student_case["outputs"], reference), message))
-            else:
-                # the message of the reference the answer comes closest to (most outputs equal): with two
-                # accepted conventions (fully masked rows zero or uniform) the other one's differences mislead
-                problems.append((case, max(messages, key=lambda m: m[0])[1]))
+        problems = _case_problems(question, cases, catalogued, verify)
     except TamperError as error:
         return fail(f"Not accepted: {error}.", mistake="tamper")
     measured = _measured(catalogued, question, data)
@@ -142,6 +99,66 @@ def _judge(question: Question, data: dict, static_hits, verify: bool) -> Result:
     full, first = _feedback(named, text)
     return dataclasses.replace(fail(full, named.mistake.key), first_step=f"{question.title}: not yet. {first}",
                                measures=measured)
+
+
+def _refusal(question: Question, data: dict, static_hits) -> tuple[str, str | None] | None:
+    """(the failure text, the mistake key) when the answer is refused before any case is compared:
+    the probe's fatal error, a shortcut the static scan found, a forbidden call, cases missing."""
+    if data.get("fatal"):
+        return data["fatal"], None
+    hits = list(dict.fromkeys(getattr(h, "key", h) for h in static_hits))
+    if hits:
+        details = [h.where for h in static_hits if getattr(h, "where", None)]
+        text = "; ".join(f"your {question.answer_name} {describe_shortcut(key)}" for key in hits)
+        if details:
+            text += f" (found: {details[0]})"
+        return "Not accepted: " + text + ".", "shortcut"
+    cases = data.get("cases") or []
+    forbidden = [c["error"] for c in cases
+                 if isinstance(c, dict) and (c.get("error") or {}).get("type") == "ForbiddenCall"]
+    if forbidden:
+        return (f"Not accepted: your {question.answer_name} called a function this exercise forbids "
+                f"({forbidden[0].get('message', '')})."), "shortcut"
+    if len(cases) != len(question.cases):
+        return "the checker could not run your answer on all inputs.", None
+    return None
+
+
+def _case_problems(question: Question, cases: list, catalogued: Entry, verify: bool) -> list:
+    """[(case, message)] for every case the answer fails (TamperError: parameters not as written)."""
+    problems = []
+    for index, (case, student_case) in enumerate(zip(question.cases, cases)):
+        message = _case_problem(question, index, case, student_case, catalogued, verify)
+        if message is not None:
+            problems.append((case, message))
+    return problems
+
+
+def _case_problem(question: Question, index: int, case, student_case: dict, catalogued: Entry,
+                  verify: bool) -> str | None:
+    """Why the answer fails case ``index`` (None: it passes): its error, a property, the entry's
+    verdict, or the comparison with the closest reference."""
+    if student_case.get("error"):
+        return _error_text(student_case["error"], question)
+    prop = property_problem(question, case, student_case)
+    if prop:
+        return prop
+    if catalogued.verdict is not None:
+        return catalogued.verdict(question, case, student_case) or None
+    references, structural = reference_outputs(
+        question, catalogued.references, index, student_case, verify,
+        accept=lambda outputs: compare_outputs(question, case, student_case["outputs"], outputs) is None)
+    if not references:
+        return f"your module's parameters do not fit the exercise: {structural}"
+    messages = []
+    for reference in references:
+        message = compare_case(question, case, student_case, reference)
+        if message is None:
+            return None
+        messages.append((outputs_matching(question, case, student_case["outputs"], reference), message))
+    # the message of the reference the answer comes closest to (most outputs equal): with two
+    # accepted conventions (fully masked rows zero or uniform) the other one's differences mislead
+    return max(messages, key=lambda m: m[0])[1]
 
 
 def _feedback(named: Named, text: str) -> tuple[str, str]:

@@ -1,8 +1,6 @@
 """Comparing outputs and saying what differs, with shapes named ("(2, 5, 8) = (B, T, d_v)")."""
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ..questions.base import Case
@@ -130,18 +128,3 @@ def outputs_equal(a: dict, b: dict) -> bool:
             if not np.allclose(x, y, rtol=RTOL, atol=ATOL * scale, equal_nan=True):
                 return False
     return True
-
-
-def values_close(got, expected, params) -> bool:
-    """Whether the answer ``got`` counts as ``expected`` under the case's comparison."""
-    got, expected = float(got), float(expected)
-    if math.isnan(got) and math.isnan(expected):
-        return True                                  # a catalogued "NaN" answer
-    if not (math.isfinite(got) and math.isfinite(expected)):
-        return False
-    if "options" in params:
-        return got == expected
-    atol, rtol = float(params.get("atol", 0.0)), float(params.get("rtol", 0.0))
-    if atol == 0 and rtol == 0:
-        return got == expected
-    return abs(got - expected) <= atol + rtol * abs(expected)

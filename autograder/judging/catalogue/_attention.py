@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from ._common import vitref
+import vitref
+
 
 FINITE = -1e9
 
@@ -70,7 +71,7 @@ def finite_fill_attention(q, k, v, mask=None):
 
 def finite_fill_head():
     """vitref's AttentionHead computing attention with -1e9."""
-    base = vitref().AttentionHead
+    base = vitref.AttentionHead
 
     class AttentionHead(base):
         def forward(self, x, mask=None):
@@ -87,7 +88,7 @@ def _per_example(mask):
 
 def finite_fill_mha():
     """vitref's MultiHeadAttention with -1e9 for blocked scores, dropout on the weights."""
-    base = vitref().MultiHeadAttention
+    base = vitref.MultiHeadAttention
 
     class MultiHeadAttention(base):
         def forward(self, x, mask=None, causal=False, return_attention=False):
@@ -101,7 +102,7 @@ def finite_fill_mha():
 
 def finite_fill_loop():
     """vitref's MultiHeadAttentionLoop whose heads compute attention with -1e9."""
-    base = vitref().MultiHeadAttentionLoop
+    base = vitref.MultiHeadAttentionLoop
     head = finite_fill_head()
 
     class MultiHeadAttentionLoop(base):

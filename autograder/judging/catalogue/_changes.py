@@ -18,9 +18,10 @@ from einops import rearrange
 from einops.layers.torch import Rearrange
 from torch import nn
 
+import vitref
+
 from ..diagnosis import Alteration, change
 from ..model import Mistake
-from ._common import vitref
 
 
 def changed(key: str, title: str, hint: str, ask: str, *forms: Alteration) -> Mistake:
@@ -107,8 +108,7 @@ def relu_for_gelu() -> Mistake:
 
 
 def _layer_norms(module: nn.Module) -> list[tuple[str, nn.Module]]:
-    v = vitref()
-    return [(name, sub) for name, sub in module.named_modules() if isinstance(sub, (nn.LayerNorm, v.LayerNorm))]
+    return [(name, sub) for name, sub in module.named_modules() if isinstance(sub, (nn.LayerNorm, vitref.LayerNorm))]
 
 
 def _swap(first: str, second: str):
@@ -167,12 +167,11 @@ def norm_over_tokens() -> Mistake:
 def _branches(module: nn.Module) -> list[tuple[str, nn.Module, nn.Module]]:
     """(name, the module whose input is the residual stream, the module whose output is added back:
     after the branch's dropout) of every residual branch of a vitref block or ResidualAdd."""
-    v = vitref()
-    if isinstance(module, v.TransformerEncoderBlock):
+    if isinstance(module, vitref.TransformerEncoderBlock):
         if module.norm_first:
             return [("attention", module.norm1, module.drop1), ("feed-forward block", module.norm2, module.drop2)]
         return [("attention", module.attn, module.drop1), ("feed-forward block", module.mlp, module.drop2)]
-    if isinstance(module, v.ResidualAdd):
+    if isinstance(module, vitref.ResidualAdd):
         return [("", module.fn, module.fn)]
     return []
 
@@ -301,7 +300,7 @@ def patch_order() -> Mistake:
 def sinusoid(seq_len: int, d: int, n: float, start: int = 0, form: str = "sin_cos") -> np.ndarray:
     """vitref's table for positions ``start, ..., start + seq_len - 1``; ``form`` "sines" (the sine in
     both columns of a pair) or "cosines"."""
-    table = vitref().sinusoidal_encoding(seq_len + start, d, n).double().numpy()[start:]      # (seq_len, d)
+    table = vitref.sinusoidal_encoding(seq_len + start, d, n).double().numpy()[start:]      # (seq_len, d)
     if form == "sines":
         table[:, 1::2] = table[:, 0::2]
     elif form == "cosines":

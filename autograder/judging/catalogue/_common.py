@@ -1,15 +1,9 @@
-"""Helpers shared by the catalogues (grader side; vitref is imported on first use)."""
+"""Helpers shared by the catalogues (grader side)."""
 from __future__ import annotations
 
-import importlib
 from types import SimpleNamespace
 
 import torch
-
-
-def vitref():
-    """The reference package, imported on first use."""
-    return importlib.import_module("vitref")
 
 
 def parts(**names):

@@ -5,26 +5,20 @@ from __future__ import annotations
 import torch.nn.functional as F
 from einops import rearrange
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
-from ._common import vitref
 from ._changes import patch_order
 from ._symptoms import FLOAT64_RAISES, INTEGER_TIMES_FLOAT, PROPERTIES, RECIPE_SAYS
 
 
-def _pattern(pattern):
+def _pattern(pattern, sized=("s1", "s2")):
+    """image_to_patches as one einops ``pattern`` whose axes ``sized`` get the patch size (("h", "w"):
+    the grid sizes given where the patch sizes belong)."""
     def build(parts):
         def image_to_patches(images, patch_size):
-            return rearrange(images, pattern, s1=patch_size, s2=patch_size)
-        return image_to_patches
-    return build
-
-
-def _pattern_sizes(pattern):
-    """The grid sizes given where the patch sizes belong: h=P, w=P instead of s1=P, s2=P."""
-    def build(parts):
-        def image_to_patches(images, patch_size):
-            return rearrange(images, pattern, h=patch_size, w=patch_size)
+            return rearrange(images, pattern, **{axis: patch_size for axis in sized})
         return image_to_patches
     return build
 
@@ -85,10 +79,10 @@ PATCH_MISTAKES = [
     Mistake("grid_as_patch_size", "patch_size given as the number of patches (h=P, w=P)",
             "patch_size is the side of a patch: pass s1=patch_size, s2=patch_size to rearrange; h and w "
             "(the number of patches per column and row) follow from the image size.",
-            _pattern_sizes("b c (h s1) (w s2) -> b (h w) (s1 s2 c)")),
+            _pattern("b c (h s1) (w s2) -> b (h w) (s1 s2 c)", sized=("h", "w"))),
 ]
 
-add('patches', references=lambda: [vitref().image_to_patches],
+add('patches', references=lambda: [vitref.image_to_patches],
     catalogue=[*PATCH_MISTAKES, patch_order(), INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES, *RECIPE_SAYS])
 
 
@@ -123,5 +117,5 @@ EMBED_MISTAKES = [
             _embed_variant(lambda ids, w: F.one_hot(ids, w.shape[1]).to(w.dtype) @ w)),
 ]
 
-add('embedding_lookup', references=lambda: [vitref().one_hot_embedding],
+add('embedding_lookup', references=lambda: [vitref.one_hot_embedding],
     catalogue=[*EMBED_MISTAKES, INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES, *RECIPE_SAYS])

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import numpy as np
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
-from ._common import vitref
 from ._changes import table_mistakes
 from ._symptoms import PROPERTIES, RECIPE_SAYS, TABLE
 
 
 def _reference():
     def getPositionEncoding(seq_len, d, n=10000):
-        return vitref().sinusoidal_encoding(seq_len, d, n)
+        return vitref.sinusoidal_encoding(seq_len, d, n)
     return [getPositionEncoding]
 
 

@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 
 import torch
+import vitref
 
 from ..model import Mistake
 from ._entry import add
 from ._attention import attend, finite_fill_attention, finite_fill_head, head_class
-from ._common import mistaken_mask_softmax, vitref
+from ._common import mistaken_mask_softmax
 from ._changes import values_from_keys
 from ._symptoms import (
     FLOAT64_RAISES, HEADS, INTEGER_TIMES_FLOAT, MASKS, OUTPUT_RIGHT_GRADIENT_WRONG, PROPERTIES,
@@ -102,13 +103,13 @@ SOFTMAX_MISTAKES = [
             _softmax_variant(_unshifted_denominator)),
 ]
 
-add('softmax', references=lambda: [vitref().softmax],
+add('softmax', references=lambda: [vitref.softmax],
     catalogue=[*SOFTMAX_MISTAKES, SLICES_DO_NOT_SUM_TO_ONE, INTEGER_TIMES_FLOAT, FLOAT64_RAISES, *PROPERTIES,
                *RECIPE_SAYS])
 
 
 def _attention_references():
-    return [vitref().scaled_dot_product_attention, finite_fill_attention]
+    return [vitref.scaled_dot_product_attention, finite_fill_attention]
 
 
 def _attn(scale="sqrt_dk", softmax_dim=-1, mask_mode="fill", fill=float("-inf"), after=None, returns=None,
@@ -261,5 +262,5 @@ HEAD_MISTAKES = [
             _head(keys="query")),
 ]
 
-add('attention_head', references=lambda: [vitref().AttentionHead, finite_fill_head()],
+add('attention_head', references=lambda: [vitref.AttentionHead, finite_fill_head()],
     catalogue=[*HEAD_MISTAKES, values_from_keys(), *ATTENTION_SYMPTOMS])

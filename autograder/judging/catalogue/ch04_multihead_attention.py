@@ -4,10 +4,12 @@ from __future__ import annotations
 
 
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
 from ._attention import finite_fill_loop, finite_fill_mha, head_class, loop_class, mha_class
-from ._common import parts, vitref
+from ._common import parts
 from ..diagnosis import View
 from ._changes import values_from_keys
 from ._symptoms import RETURNS_TUPLE
@@ -97,7 +99,7 @@ MHA_MISTAKES = [
             "Keep the exercise's layers: nn.Linear(emb_size, 3 * emb_size) has a bias.", _mha(bias=False)),
 ]
 
-add('q5', references=lambda: [vitref().MultiHeadAttention, finite_fill_mha()],
+add('q5', references=lambda: [vitref.MultiHeadAttention, finite_fill_mha()],
     catalogue=[*MHA_MISTAKES, values_from_keys(), RETURNS_TUPLE, *ATTENTION_SYMPTOMS])
 
 
@@ -198,6 +200,6 @@ PER_HEAD_PROJECTION = Mistake(
     ask="Your loop projects each head's output on its own: does the output projection mix the heads, and when can "
         "it see all of them?", detect=_per_head_projection)
 
-add('mha_loop', references=lambda: [vitref().MultiHeadAttentionLoop, finite_fill_loop()],
+add('mha_loop', references=lambda: [vitref.MultiHeadAttentionLoop, finite_fill_loop()],
     catalogue=[*LOOP_MISTAKES, values_from_keys(), RETURNS_TUPLE, PER_HEAD_PROJECTION, *ATTENTION_SYMPTOMS],
-    reference_parts=parts(AttentionHead=lambda: vitref().AttentionHead))
+    reference_parts=parts(AttentionHead=lambda: vitref.AttentionHead))

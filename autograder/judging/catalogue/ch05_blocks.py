@@ -6,9 +6,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
-from ._common import parts, vitref
+from ._common import parts
 from ._changes import norm_over_tokens, norms_swapped, relu_for_gelu, residual_dropped, residual_multiplies
 from ._changes import residual_subtracts
 from ._symptoms import BLOCK_DROPOUT, GRADIENT_DIFFERS, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE
@@ -57,7 +59,7 @@ Q6_MISTAKES = [
             "Unpack them: self.fn(x, **kwargs).", _residual(lambda self, x, kw: x + self.fn(x, kw))),
 ]
 
-add('q6', references=lambda: [vitref().ResidualAdd],
+add('q6', references=lambda: [vitref.ResidualAdd],
     catalogue=[*Q6_MISTAKES, residual_multiplies(("",)), residual_subtracts(("",)), *BLOCK_SYMPTOMS])
 
 
@@ -148,14 +150,13 @@ Q7_MISTAKES = [
             _ffn(hidden="ignores_hidden_dim"), also=(_ffn_without_hidden_dim,)),
 ]
 
-add('q7', references=lambda: [vitref().FeedForwardBlock], catalogue=[*Q7_MISTAKES, *BLOCK_SYMPTOMS, *BLOCK_DROPOUT])
+add('q7', references=lambda: [vitref.FeedForwardBlock], catalogue=[*Q7_MISTAKES, *BLOCK_SYMPTOMS, *BLOCK_DROPOUT])
 
 
 def _block_reference(norm_first):
     def make():
-        v = vitref()
 
-        class Reference(v.TransformerEncoderBlock):
+        class Reference(vitref.TransformerEncoderBlock):
             def __init__(self, emb_size=768, num_heads=8, forward_expansion=4, drop_p=0.0, forward_drop_p=0.0,
                          **kwargs):
                 super().__init__(emb_size, num_heads, drop_p=drop_p, forward_expansion=forward_expansion,
@@ -278,9 +279,9 @@ BLOCK_MISTAKES = [
       if m.key not in ("no_dropout", "hidden_dim_ignored")),
 ]
 
-_VITREF_PARTS = parts(MultiHeadAttention=lambda: vitref().MultiHeadAttention,
-                      ResidualAdd=lambda: vitref().ResidualAdd,
-                      FeedForwardBlock=lambda: vitref().FeedForwardBlock)
+_VITREF_PARTS = parts(MultiHeadAttention=lambda: vitref.MultiHeadAttention,
+                      ResidualAdd=lambda: vitref.ResidualAdd,
+                      FeedForwardBlock=lambda: vitref.FeedForwardBlock)
 
 # a sub-layer's residual, the two norms: changes of the reference block
 BLOCK_CHANGES = (residual_dropped(), residual_multiplies(), residual_subtracts(), norms_swapped())
@@ -372,7 +373,7 @@ LN_MISTAKES = [
             _layernorm(_ln_no_keepdim)),
 ]
 
-add('layernorm', references=lambda: [vitref().LayerNorm], catalogue=[*LN_MISTAKES, norm_over_tokens(), *BLOCK_SYMPTOMS])
+add('layernorm', references=lambda: [vitref.LayerNorm], catalogue=[*LN_MISTAKES, norm_over_tokens(), *BLOCK_SYMPTOMS])
 
 
 def _post_block(layout):

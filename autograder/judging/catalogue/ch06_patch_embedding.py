@@ -10,9 +10,11 @@ from einops import rearrange, repeat
 from einops.layers.torch import Rearrange
 from torch import nn
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
-from ._common import parts, vitref
+from ._common import parts
 from ._changes import patch_order, table_mistakes
 from ._symptoms import FRESH_CLASS_TOKEN, GRADIENT_DIFFERS, PROPERTIES, RECIPE_SAYS, tokens
 from .ch01_tokens import PATCH_MISTAKES
@@ -21,12 +23,11 @@ PATCH = "b c (h s1) (w s2) -> b (h w) (s1 s2 c)"
 
 
 def _projection_reference():
-    v = vitref()
 
     class ProjectionOnly(nn.Module):
         def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=None):
             super().__init__()
-            self.projection = v.PatchEmbedding(in_channels, patch_size, emb_size, img_size or patch_size,
+            self.projection = vitref.PatchEmbedding(in_channels, patch_size, emb_size, img_size or patch_size,
                                                positions=None).projection
     return [ProjectionOnly]
 
@@ -166,16 +167,15 @@ def _pe_part():
             # vitref refuses odd widths; only the catalogue's swapped-arguments answer asks for
             # one, and there only the table's shape matters (adding it fails).
             return np.zeros((seq_len, d))
-        return vitref().sinusoidal_encoding(seq_len, d, n).double().numpy()
+        return vitref.sinusoidal_encoding(seq_len, d, n).double().numpy()
     return getPositionEncoding
 
 
 def _tokens_references(*kinds):
     def make():
-        v = vitref()
         refs = []
         for kind in kinds:
-            class Reference(v.PatchEmbedding):
+            class Reference(vitref.PatchEmbedding):
                 positions_kind = kind
 
                 def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=None):
@@ -418,5 +418,5 @@ CONV_MISTAKES = [
             lambda parts: _SwappedConv),
 ]
 
-add('conv_patch_embedding', references=lambda: [vitref().ConvPatchEmbedding],
+add('conv_patch_embedding', references=lambda: [vitref.ConvPatchEmbedding],
     catalogue=[*CONV_MISTAKES, *PROPERTIES, GRADIENT_DIFFERS, *tokens("patch_embeddings", False), *RECIPE_SAYS])

@@ -9,18 +9,19 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
-from ._common import parts, vitref
+from ._common import parts
 from ..diagnosis import View
 from ._changes import blocks_reversed
 from ._symptoms import FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES, RECIPE_SAYS, by_tag, first_wrong_output, symptom
 
 
 def _vit_reference():
-    v = vitref()
 
-    class Reference(v.ViT):
+    class Reference(vitref.ViT):
         def __init__(self, **cfg):
             super().__init__(**cfg, norm_eps=1e-5)
     return [Reference]
@@ -37,6 +38,53 @@ def _with_class_token(tokens, cls_token, mode):
     if mode == "added":
         return tokens + cls
     return torch.cat([cls, tokens], dim=1)
+
+
+def _vit_tokens(model, x, cls, positions):
+    """The tokens ``(B, N+1, D)`` a student's ViT feeds its blocks: patches, class token, positions."""
+    tokens = rearrange(model.patch_embed.proj(x), "b d h w -> b (h w) d")
+    if positions == "patches_only":
+        tokens = tokens + model.pos_embed[:, 1:]
+    tokens = _with_class_token(tokens, model.cls_token, cls)
+    if positions == "after_cls":
+        tokens = tokens + model.pos_embed
+    elif positions == "sliced":
+        tokens = tokens + model.pos_embed[:, :tokens.shape[1]]
+    elif positions == "sliced_tail":
+        tokens = tokens + model.pos_embed[:, 1:]
+    return tokens
+
+
+def _vit_features(model, tokens, positions, norm, pool):
+    """The features ``(B, D)`` the head reads from the encoder's tokens ``(B, N+1, D)``."""
+    if positions == "after_encoder":
+        tokens = tokens + model.pos_embed
+    if norm == "final":
+        tokens = model.norm(tokens)
+    if pool == "mean":
+        features = tokens.mean(dim=1)
+    elif pool == "last":
+        features = tokens[:, -1]
+    elif pool == "patch_mean":
+        features = tokens[:, 1:].mean(dim=1)
+    else:
+        features = tokens[:, 0]
+    if norm == "after_pool":
+        features = model.norm(features)
+    return features
+
+
+def _vit_maps(attentions, weights):
+    """The attention maps a student's ViT returns, from each block's ``(B, H, N+1, N+1)``."""
+    if weights == "stack_batch_first":
+        return torch.stack(attentions, dim=1)
+    if weights == "mean_heads":
+        return [w.mean(dim=1) for w in attentions]
+    if weights == "last_tensor":
+        return attentions[-1]
+    if weights == "last_list":
+        return attentions[-1:]
+    return attentions
 
 
 def _vit(mode=None, cls="prepend", positions="after_cls", norm="final", pool="cls", weights="list"):
@@ -68,16 +116,7 @@ def _vit(mode=None, cls="prepend", positions="after_cls", norm="final", pool="cl
                 self.head = nn.Linear(dim, num_classes)
 
             def forward(self, x, return_attention=False):
-                tokens = rearrange(self.patch_embed.proj(x), "b d h w -> b (h w) d")
-                if positions == "patches_only":
-                    tokens = tokens + self.pos_embed[:, 1:]
-                tokens = _with_class_token(tokens, self.cls_token, cls)
-                if positions == "after_cls":
-                    tokens = tokens + self.pos_embed
-                elif positions == "sliced":
-                    tokens = tokens + self.pos_embed[:, :tokens.shape[1]]
-                elif positions == "sliced_tail":
-                    tokens = tokens + self.pos_embed[:, 1:]
+                tokens = _vit_tokens(self, x, cls, positions)
                 if norm == "before_blocks":
                     tokens = self.norm(tokens)
                 attentions = []
@@ -86,34 +125,10 @@ def _vit(mode=None, cls="prepend", positions="after_cls", norm="final", pool="cl
                         block = self.blocks[0]
                     tokens, w = block(tokens, return_attention=True)
                     attentions.append(w)
-                if positions == "after_encoder":
-                    tokens = tokens + self.pos_embed
-                if norm == "final":
-                    tokens = self.norm(tokens)
-                if pool == "mean":
-                    features = tokens.mean(dim=1)
-                elif pool == "last":
-                    features = tokens[:, -1]
-                elif pool == "patch_mean":
-                    features = tokens[:, 1:].mean(dim=1)
-                else:
-                    features = tokens[:, 0]
-                if norm == "after_pool":
-                    features = self.norm(features)
-                logits = self.head(features)
+                logits = self.head(_vit_features(self, tokens, positions, norm, pool))
                 if not return_attention:
                     return logits
-                if weights == "stack_batch_first":
-                    maps = torch.stack(attentions, dim=1)
-                elif weights == "mean_heads":
-                    maps = [w.mean(dim=1) for w in attentions]
-                elif weights == "last_tensor":
-                    maps = attentions[-1]
-                elif weights == "last_list":
-                    maps = attentions[-1:]
-                else:
-                    maps = attentions
-                return logits, maps
+                return logits, _vit_maps(attentions, weights)
         return ViT
     return build
 
@@ -232,10 +247,9 @@ VIT_SYMPTOMS = (
 
 
 def _vit_block_part():
-    v = vitref()
 
     def TransformerEncoderBlock(dim, num_heads, mlp_dim):
-        return v.TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
+        return vitref.TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim)
     return TransformerEncoderBlock
 
 add('vit_forward', references=_vit_reference, catalogue=[*VIT_MISTAKES, blocks_reversed(), *VIT_SYMPTOMS],

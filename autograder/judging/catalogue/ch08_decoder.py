@@ -10,10 +10,12 @@ import torch
 from einops import rearrange
 from torch import nn
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
 from ...questions.common import first_if_tuple
-from ._common import mistaken_mask_softmax, parts, vitref
+from ._common import mistaken_mask_softmax, parts
 from ..diagnosis import View
 from ._changes import norms_swapped, relu_for_gelu, values_from_keys
 from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE, by_tag, keyed, symptom
@@ -26,7 +28,7 @@ from ...questions.ch08_decoder import (
 
 def _mask_reference():
     def causal_mask(T):
-        return vitref().causal_mask(T).double()
+        return vitref.causal_mask(T).double()
     return [causal_mask]
 
 
@@ -386,7 +388,7 @@ CROSS_SYMPTOMS = (
     *RECIPE_SAYS,
 )
 
-add('cross_attention', references=lambda: [vitref().CrossAttention, _FiniteFillCross, _AdditiveCross],
+add('cross_attention', references=lambda: [vitref.CrossAttention, _FiniteFillCross, _AdditiveCross],
     catalogue=[*CROSS_MISTAKES, values_from_keys(), *CROSS_SYMPTOMS])
 
 
@@ -394,9 +396,8 @@ add('cross_attention', references=lambda: [vitref().CrossAttention, _FiniteFillC
 
 
 def _decoder_reference():
-    v = vitref()
 
-    class Reference(v.DecoderBlock):
+    class Reference(vitref.DecoderBlock):
         def forward(self, x, context, self_mask=None):
             return super().forward(x, context, self_mask=self_mask)
     return [Reference]
@@ -432,6 +433,74 @@ _SELF_MASKS = {
 }
 
 
+def _decoder_self_mask(x, self_mask, mode):
+    """The mask ``(T, T)`` (or what a mistaken answer passes) of the decoder's self-attention."""
+    mask = None
+    if (self_mask == "causal" and mode != "no_causal_mask") or mode == "always_causal":
+        mask = _SELF_MASKS.get(mode, _SELF_MASKS["causal"])(x.shape[1]).to(x.device)
+    if mode == "self_mask_as_mask":
+        mask = self_mask                      # the string "causal": the attention raises
+    return mask
+
+
+def _decoder_cross(block, h, context, mask, mode):
+    """The cross-attention of a decoder block as the answer ``mode`` computes it."""
+    source = h if mode == "keys_from_decoder" else context
+    if mode == "context_normalised":
+        source = block.norm2(source)
+    if mode == "causal_in_cross" and mask is not None:
+        return first_if_tuple(block.cross_attn(h, source, mask=mask))
+    if mode == "causal_in_cross_ts" and mask is not None:      # a (T, S) lower triangle
+        wide = torch.ones(h.shape[1], source.shape[1], dtype=torch.bool, device=h.device).tril()
+        return first_if_tuple(block.cross_attn(h, source, mask=wide))
+    return first_if_tuple(block.cross_attn(h, source))
+
+
+def _decoder_layout(block, x, self_attention, cross_attention, mode):
+    """The block's three sublayers, their norms and residuals, in the order the answer ``mode`` has them."""
+    if mode == "post_ln":
+        x = block.norm1(x + self_attention(x))
+        x = block.norm2(x + cross_attention(x))
+        return block.norm3(x + block.mlp(x))
+    if mode == "same_norm":
+        x = x + self_attention(block.norm1(x))
+        x = x + cross_attention(block.norm1(x))
+        return x + block.mlp(block.norm1(x))
+    if mode == "cross_first":
+        x = x + cross_attention(block.norm1(x))
+        x = x + self_attention(block.norm2(x))
+        return x + block.mlp(block.norm3(x))
+    if mode == "mlp_before_cross":
+        x = x + self_attention(block.norm1(x))
+        x = x + block.mlp(block.norm2(x))
+        return x + cross_attention(block.norm3(x))
+    if mode == "norm_in_residual":
+        x = block.norm1(x)
+        x = x + self_attention(x)
+        x = block.norm2(x)
+        x = x + cross_attention(x)
+        x = block.norm3(x)
+        return x + block.mlp(x)
+    if mode == "no_norm_self":
+        x = x + self_attention(x)
+        x = x + cross_attention(block.norm2(x))
+        return x + block.mlp(block.norm3(x))
+    if mode == "no_norm_cross":
+        x = x + self_attention(block.norm1(x))
+        x = x + cross_attention(x)
+        return x + block.mlp(block.norm3(x))
+    if mode == "no_norm_mlp":
+        x = x + self_attention(block.norm1(x))
+        x = x + cross_attention(block.norm2(x))
+        return x + block.mlp(x)
+    a = self_attention(block.norm1(x))
+    x = a if mode == "no_residual_self" else x + a
+    c = cross_attention(block.norm2(x))
+    x = c if mode == "no_residual_cross" else x + c
+    m = block.mlp(block.norm3(x))
+    return m if mode == "no_residual_mlp" else x + m
+
+
 def _decoder(mode="right", cross=None):
     """A decoder block as a student may write it; ``cross``: the builder of a (wrong)
     cross-attention to use instead of the given parts' one."""
@@ -450,69 +519,16 @@ def _decoder(mode="right", cross=None):
                 self.mlp = nn.Sequential(nn.Linear(dim, mlp_dim), nn.GELU(), nn.Dropout(0.0), nn.Linear(mlp_dim, dim))
 
             def forward(self, x, context, self_mask=None):
-                T = x.shape[1]
-                mask = None
-                if (self_mask == "causal" and mode != "no_causal_mask") or mode == "always_causal":
-                    mask = _SELF_MASKS.get(mode, _SELF_MASKS["causal"])(T).to(x.device)
-                if mode == "self_mask_as_mask":
-                    mask = self_mask                      # the string "causal": the attention raises
+                mask = _decoder_self_mask(x, self_mask, mode)
 
                 def self_attention(h):
                     return first_if_tuple(self.self_attn(h, mask=mask)) if mask is not None else first_if_tuple(
                         self.self_attn(h))
 
                 def cross_attention(h):
-                    source = h if mode == "keys_from_decoder" else context
-                    if mode == "context_normalised":
-                        source = self.norm2(source)
-                    if mode == "causal_in_cross" and mask is not None:
-                        return first_if_tuple(self.cross_attn(h, source, mask=mask))
-                    if mode == "causal_in_cross_ts" and mask is not None:      # a (T, S) lower triangle
-                        wide = torch.ones(h.shape[1], source.shape[1], dtype=torch.bool, device=h.device).tril()
-                        return first_if_tuple(self.cross_attn(h, source, mask=wide))
-                    return first_if_tuple(self.cross_attn(h, source))
+                    return _decoder_cross(self, h, context, mask, mode)
 
-                if mode == "post_ln":
-                    x = self.norm1(x + self_attention(x))
-                    x = self.norm2(x + cross_attention(x))
-                    return self.norm3(x + self.mlp(x))
-                if mode == "same_norm":
-                    x = x + self_attention(self.norm1(x))
-                    x = x + cross_attention(self.norm1(x))
-                    return x + self.mlp(self.norm1(x))
-                if mode == "cross_first":
-                    x = x + cross_attention(self.norm1(x))
-                    x = x + self_attention(self.norm2(x))
-                    return x + self.mlp(self.norm3(x))
-                if mode == "mlp_before_cross":
-                    x = x + self_attention(self.norm1(x))
-                    x = x + self.mlp(self.norm2(x))
-                    return x + cross_attention(self.norm3(x))
-                if mode == "norm_in_residual":
-                    x = self.norm1(x)
-                    x = x + self_attention(x)
-                    x = self.norm2(x)
-                    x = x + cross_attention(x)
-                    x = self.norm3(x)
-                    return x + self.mlp(x)
-                if mode == "no_norm_self":
-                    x = x + self_attention(x)
-                    x = x + cross_attention(self.norm2(x))
-                    return x + self.mlp(self.norm3(x))
-                if mode == "no_norm_cross":
-                    x = x + self_attention(self.norm1(x))
-                    x = x + cross_attention(x)
-                    return x + self.mlp(self.norm3(x))
-                if mode == "no_norm_mlp":
-                    x = x + self_attention(self.norm1(x))
-                    x = x + cross_attention(self.norm2(x))
-                    return x + self.mlp(x)
-                a = self_attention(self.norm1(x))
-                x = a if mode == "no_residual_self" else x + a
-                c = cross_attention(self.norm2(x))
-                x = c if mode == "no_residual_cross" else x + c
-                m = self.mlp(self.norm3(x))
-                return m if mode == "no_residual_mlp" else x + m
+                return _decoder_layout(self, x, self_attention, cross_attention, mode)
         return DecoderBlock
     return build
 

@@ -10,9 +10,10 @@ import torch
 from einops import rearrange
 from torch import nn
 
+import vitref
+
 from ..model import Mistake
 from ._entry import add
-from ._common import vitref
 from ._changes import values_from_keys
 from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS
 
@@ -86,7 +87,7 @@ KV_MISTAKES = [
 
 
 def _references():
-    return [vitref().CachedSelfAttention, _cached(fill=-1e9)(None)]
+    return [vitref.CachedSelfAttention, _cached(fill=-1e9)(None)]
 
 
 add("kv_cache", references=_references,

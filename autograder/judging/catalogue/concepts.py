@@ -12,11 +12,11 @@ import math
 
 import numpy as np
 import torch
+import vitref
 
-from ..messages import values_close
+from ..compare import values_close
 from ..model import Mistake
 from ._entry import add, registered
-from ._common import vitref
 
 
 def _value(v):
@@ -67,7 +67,7 @@ def concept(qid, compute, mistakes):
 # ------------------------------------------------------------------ 01 tokens
 
 def _patch_numbers():
-    patches = vitref().image_to_patches(torch.zeros(1, 3, 32, 32), 8)      # (1, N, P*P*C)
+    patches = vitref.image_to_patches(torch.zeros(1, 3, 32, 32), 8)      # (1, N, P*P*C)
     return int(patches.shape[-1])
 
 
@@ -87,7 +87,7 @@ concept("concept_patch_numbers", _patch_numbers, [
 
 
 def _sinusoid():
-    table = vitref().sinusoidal_encoding(8, 4, n=100)
+    table = vitref.sinusoidal_encoding(8, 4, n=100)
     return round(float(np.asarray(table)[5, 2]), 4)
 
 
@@ -113,7 +113,7 @@ concept("concept_sinusoid_value", _sinusoid, [
 def _masked_row():
     q, k = torch.randn(1, 1, 4), torch.randn(1, 5, 4)
     scores = (q @ k.transpose(-2, -1) / 2.0).masked_fill(torch.zeros(1, 1, 5, dtype=torch.bool) == 0, -1e9)
-    return round(float(vitref().softmax(scores.double(), dim=-1)[0, 0, 0]), 6)
+    return round(float(vitref.softmax(scores.double(), dim=-1)[0, 0, 0]), 6)
 
 
 concept("concept_masked_row", _masked_row, [
@@ -132,7 +132,7 @@ concept("concept_masked_row", _masked_row, [
 
 
 def _heads_factor():
-    mha = vitref().MultiHeadAttention
+    mha = vitref.MultiHeadAttention
     count = lambda m: sum(p.numel() for p in m.parameters())      # noqa: E731 - a one-line helper local to this builder
     return count(mha(64, 8)) / count(mha(64, 4))
 
@@ -152,9 +152,8 @@ concept("concept_heads_params", _heads_factor, [
 
 
 def _mlp_share():
-    v = vitref()
     count = lambda m: sum(p.numel() for p in m.parameters())      # noqa: E731 - a one-line helper local to this builder
-    return count(v.FeedForwardBlock(768, 4)) / count(v.MultiHeadAttention(768, 12))
+    return count(vitref.FeedForwardBlock(768, 4)) / count(vitref.MultiHeadAttention(768, 12))
 
 
 concept("concept_mlp_share", _mlp_share, [
@@ -205,7 +204,7 @@ concept("concept_position_rows", _position_rows, [
 
 
 def _initial_loss():
-    loss = -vitref().softmax(torch.zeros(1, 10, dtype=torch.float64), dim=-1)[0, 3].log()
+    loss = -vitref.softmax(torch.zeros(1, 10, dtype=torch.float64), dim=-1)[0, 3].log()
     return round(float(loss), 4)
 
 
