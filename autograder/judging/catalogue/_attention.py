@@ -16,6 +16,8 @@ from torch import nn
 
 import vitref
 
+from ..model import Mistake
+
 
 FINITE = -1e9
 
@@ -233,3 +235,31 @@ def loop_class(head, combine="cat", project=True, head_width="split", same_head=
                        "mean": lambda: torch.stack(maps, dim=1).mean(1), "last": lambda: maps[-1]}[weights]()
             return out, stacked
     return MultiHeadAttentionLoop
+
+
+def masking_mistakes(variant, *, fill_zero: bool = True, inverted_also: tuple = ()) -> list[Mistake]:
+    """The masking mistakes of every question that masks attention scores, in one wording:
+    ``variant(**switches)`` builds the question's answer with :func:`attend`'s switches changed
+    (``mask_mode``, ``fill``). ``fill_zero``: also the mistake of filling with 0 (the questions whose
+    given code does not fix the fill); ``inverted_also``: more ways to invert the mask."""
+    mistakes = [
+        Mistake("mask_ignored", "the mask is ignored",
+                "When a mask is given, set the blocked scores (mask == 0) to -1e9 (or -inf) before the softmax.",
+                variant(mask_mode=None)),
+        Mistake("mask_inverted", "mask polarity inverted",
+                "The mask is 1/True where a query MAY attend: block the positions where it is 0/False "
+                "(masked_fill(mask == 0, ...)).", variant(mask_mode="inverted", fill=FINITE),
+                also=(variant(mask_mode="inverted", fill=float("-inf")), *inverted_also)),
+        Mistake("mask_after_softmax", "mask applied after the softmax",
+                "Blocked scores must be set to -1e9 (or -inf) before the softmax, so the allowed weights "
+                "still sum to 1.", variant(mask_mode="after")),
+    ]
+    if fill_zero:
+        mistakes.append(Mistake("fill_zero", "blocked scores set to 0 instead of a large negative number",
+                                "A score of 0 still gets weight exp(0) after the softmax: fill blocked scores "
+                                "with -1e9 (or -inf).", variant(fill=0.0)))
+    mistakes.append(Mistake("nan_fully_masked", "fully masked rows give NaN",
+                            "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN. Use a "
+                            "large negative number such as -1e9 instead of -inf, or set those rows to zero.",
+                            variant(fill=float("-inf"))))
+    return mistakes

@@ -9,7 +9,7 @@ import vitref
 
 from ..model import Mistake
 from ._entry import add
-from ._attention import attend, finite_fill_attention, finite_fill_head, head_class
+from ._attention import attend, finite_fill_attention, finite_fill_head, head_class, masking_mistakes
 from ._common import mistaken_mask_softmax
 from ._changes import values_from_keys
 from ._symptoms import (
@@ -179,25 +179,7 @@ ATTENTION_MISTAKES = [
     _both_fills("softmax_over_queries", "softmax over the queries axis",
             "Each query's weights must sum to 1 over the keys: softmax over the last axis (dim=-1).",
             softmax_dim=-2),
-    Mistake("fill_zero", "blocked scores set to 0 instead of -inf",
-            "A score of 0 still gets weight exp(0) after the softmax: fill blocked scores with -inf or -1e9.",
-            _attn(fill=0.0)),
-    Mistake("nan_fully_masked", "fully masked rows give NaN",
-            "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN. Use a large negative "
-            "number such as -1e9 instead of -inf, or set those rows to zero.",
-            _attn(fill=float("-inf"))),
-    Mistake("mask_after_softmax", "mask applied after the softmax",
-            "Blocked scores must be set to -inf (or -1e9) before the softmax, so the allowed weights "
-            "still sum to 1.",
-            _attn(mask_mode="after")),
-    Mistake("mask_inverted", "mask polarity inverted",
-            "The mask is 1/True where a query MAY attend: block the positions where it is 0/False "
-            "(masked_fill(mask == 0, ...)).",
-            _attn(mask_mode="inverted", fill=-1e9),
-            also=(_attn(mask_mode="inverted", fill=float("-inf")), _attend_fn(mask_mode="additive_inverted"))),
-    Mistake("mask_ignored", "the mask is ignored",
-            "When mask is given, set the blocked scores to -inf (or -1e9) before the softmax.",
-            _attn(mask_mode=None)),
+    *masking_mistakes(_attn, inverted_also=(_attend_fn(mask_mode="additive_inverted"),)),
     _both_fills("scale_after_softmax", "scaling applied after the softmax",
             "Divide the scores by sqrt(d_k) before the softmax; dividing the weights afterwards breaks "
             "their sum to 1.",
@@ -239,22 +221,7 @@ HEAD_MISTAKES = [
             "Row t of the weights belongs to query t: scores = q @ k.transpose(-2, -1).", _head(qk_swapped=True)),
     Mistake("no_value_projection", "values taken from x without the value projection",
             "The output mixes the value vectors self.value(x), not the raw inputs.", _head(values="x")),
-    Mistake("mask_ignored", "the mask is ignored",
-            "Pass the mask on: blocked scores (mask == 0) get -inf or -1e9 before the softmax.",
-            _head(mask_mode=None)),
-    Mistake("mask_inverted", "mask polarity inverted",
-            "The mask is 1/True where a query MAY attend: block the positions where it is 0/False "
-            "(masked_fill(mask == 0, ...)).", _head(mask_mode="inverted"),
-            also=(_head(mask_mode="inverted", fill=float("-inf")),)),
-    Mistake("mask_after_softmax", "mask applied after the softmax",
-            "Blocked scores must be set to -1e9 (or -inf) before the softmax, so the allowed weights still "
-            "sum to 1.", _head(mask_mode="after")),
-    Mistake("fill_zero", "blocked scores set to 0 instead of a large negative number",
-            "A score of 0 still gets weight exp(0) after the softmax: fill blocked scores with -1e9.",
-            _head(fill=0.0)),
-    Mistake("nan_fully_masked", "fully masked rows give NaN",
-            "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN. Use a large negative "
-            "number such as -1e9 instead of -inf, or set those rows to zero.", _head(fill=float("-inf"))),
+    *masking_mistakes(_head),
     Mistake("no_bias", "the linear layers built without a bias (bias=False)",
             "Keep the exercise's layers: nn.Linear(dim, head_dim) has a bias.", _head(bias=False)),
     Mistake("keys_from_query", "the keys computed with the query layer",

@@ -8,7 +8,7 @@ import vitref
 
 from ..model import Mistake
 from ._entry import add
-from ._attention import finite_fill_loop, finite_fill_mha, head_class, loop_class, mha_class
+from ._attention import finite_fill_loop, finite_fill_mha, head_class, loop_class, masking_mistakes, mha_class
 from ._common import parts
 from ..diagnosis import View
 from ._changes import values_from_keys
@@ -66,19 +66,7 @@ MHA_MISTAKES = [
             "After merging the heads, apply self.projection (W^O).", _mha(project=False)),
     Mistake("softmax_over_queries", "softmax over the queries axis",
             "Each query's weights sum to 1 over the keys: softmax(dim=-1).", _mha(softmax_dim=-2)),
-    Mistake("mask_ignored", "the mask is ignored",
-            "When mask is given, set the blocked energies (mask == 0) to -1e9 before the softmax.",
-            _mha(mask_mode=None)),
-    Mistake("mask_inverted", "mask polarity inverted",
-            "The mask is 1/True where a query MAY attend: block the positions where it is 0/False "
-            "(masked_fill(mask == 0, ...)).", _mha(mask_mode="inverted"),
-            also=(_mha(mask_mode="inverted", fill=float("-inf")),)),
-    Mistake("mask_after_softmax", "mask applied after the softmax",
-            "Blocked energies must be set to -1e9 before the softmax (as the exercise's code does), so the "
-            "allowed weights still sum to 1.", _mha(mask_mode="after")),
-    Mistake("nan_fully_masked", "fully masked rows give NaN",
-            "A query whose keys are all blocked gets softmax over all -inf = 0/0 = NaN: fill with -1e9 (as "
-            "the exercise's code does), not -inf.", _mha(fill=float("-inf"))),
+    *masking_mistakes(_mha, fill_zero=False),
     Mistake("dropout_in_eval", "dropout applied in eval mode too (F.dropout without training=)",
             "F.dropout(att, p) drops weights even after model.eval(): use self.att_drop(att) (nn.Dropout "
             "follows the module's mode) or F.dropout(att, p, training=self.training).",
