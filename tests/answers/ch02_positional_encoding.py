@@ -10,7 +10,28 @@ import math
 import numpy as np
 import torch
 
-from .bank import right, says, variant, wrong, wrong_list, wrong_rows
+from .bank import right, says, solution, solution_value, variant, wrong, wrong_list, wrong_rows
+
+
+# ###################################################################################################
+# the solutions, as the answer cells of the solutions notebook write them
+# (tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer holds them equal)
+@solution("q1")
+def getPositionEncoding(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d / 2)):
+            # Q1. Fill in the three lines: denominator, P[k, 2*i] and P[k, 2*i+1].
+            ### BEGIN SOLUTION
+            denominator = np.power(n, 2 * i / d)
+            P[k, 2 * i] = np.sin(k / denominator)
+            P[k, 2 * i + 1] = np.cos(k / denominator)
+            ### END SOLUTION
+    return P
+
+
+table_entry = solution_value("concept_sinusoid_value", 0.48)
+
 
 # ####################################################################################################
 # variants: other correct formulations
