@@ -13,6 +13,7 @@ from einops.layers.torch import Rearrange
 from torch import nn
 
 from .bank import right, says, solution, solution_value, variant, wrong, wrong_rows
+from .ch02_positional_encoding import getPositionEncoding as chapter2_getPositionEncoding
 from .ch02_positional_encoding import pe_torch
 from .ch05_blocks import getPositionEncoding
 
@@ -405,7 +406,7 @@ wrong_rows([
     ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(getPositionEncoding(e, n + 1)).float().T),
      "swapped_arguments"),
     # with chapter 2's own loop version (an odd width leaves the last column 0), the transposed table fits
-    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(getPositionEncoding(e, n + 1)).float().T),
+    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(chapter2_getPositionEncoding(e, n + 1)).float().T),
      says("the table of positions")),
     ("q4", _q4(add=lambda self, x: x + self.learnable_positions + self.sinusoids_positions), "both_positions"),
     ("q4", _q4(add=_cls_without_position), "cls_without_position"),
