@@ -3,7 +3,7 @@
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
 hand as students write them, not with the catalogue's builders; the building blocks they use are the
-course's solutions (solutions.py) or the code the notebooks give (given.py).
+course's solutions (each question's @solution) or the code the notebooks give (given.py).
 """
 
 import numpy as np
