@@ -86,7 +86,8 @@ def test_every_chapter_file_is_loaded():
     files = sorted(p.stem for p in HERE.glob("ch[0-9][0-9]_*.py"))
     loaded = {name.rsplit(".", 1)[-1] for name in sys.modules if name.rsplit(".", 1)[0].endswith("answers")}
     missing = [f for f in files if f not in loaded]
-    assert not missing, f"tests/answers/{missing[0]}.py is not imported: load() in tests/answers/bank.py imports the files named ch<NN>_<chapter>.py"
+    assert not missing, (f"tests/answers/{missing[0]}.py is not imported: load() in tests/answers/bank.py imports "
+                         f"the files named ch<NN>_<chapter>.py")
 
 
 def test_banks_are_for_known_questions_only():
