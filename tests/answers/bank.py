@@ -121,9 +121,12 @@ def solution_of(qid: str) -> Any:
 
 
 def _chapter(qid: str) -> str:
-    import autograder   # the registry (tests/answers is also imported by bench/ without it loaded)
+    # the registry, imported here: the sandbox-bundle probe test imports this module where only the
+    # student side of autograder exists, and bench/ imports it before anything else
+    from autograder.questions import registry
 
-    return autograder.question(qid).chapter
+    question = registry().get(qid)
+    return question.chapter if question is not None else "<NN>_<chapter>"
 
 
 def variant(qid: str):

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import autograder
+
 from . import given
 from .bank import solution_of, solutions
 
 
 def _by_answer_name() -> dict[str, Any]:
-    import autograder   # the registry's answer names (this module is also imported by bench/ scripts)
-
     found = solutions()
     return {q.answer_name: found[q.id] for q in autograder.questions() if q.id in found}
 

@@ -19,6 +19,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import autograder
+
 from .bank import solutions
 
 PLAIN_VALUES = (bool, int, float, str)
@@ -142,8 +144,6 @@ def _chapter_cells(chapter: str, questions: list, found: dict[str, Any], imports
 def submission_source(questions=None) -> str:
     """Python source defining the answer name of every question (by default the registry's) as its
     solution; a question without a solution fails with where to add it."""
-    import autograder  # the registry (this module is also imported where only the banks are wanted)
-
     questions = list(autograder.questions() if questions is None else questions)
     found = solutions()
     missing = [q.id for q in questions if q.id not in found]
