@@ -2,25 +2,31 @@
 
 A bank (tests/answers/chNN_<chapter>.py; the schema in tests/answers/bank.py) holds a question's
 variants, realistic right answers and realistic wrong answers, each wrong one with how the
-check must name it. Here: the solution (tests/answers/solutions.py) passes with full marks and
+check must name it. Here: the solution (its ``@solution``) passes with full marks and
 ``autograder.grade`` accepts it; every variant and right answer passes with full marks; every
 wrong answer scores 0 and is named as its bank says (each one, no rate); every question has a
 bank with at least MIN_WRONG wrong answers, in its chapter's file, except the questions NO_BANK
-names with the reason. Each answer is checked by exactly one test.
+names with the reason. Each answer is checked by exactly one test. The solution is written once:
+the bank's ``@solution`` is the solutions notebook's answer (held equal here), and the whole
+submission other tests hand to the CLI is written from the banks (tests/answers/submission.py).
 """
 from __future__ import annotations
 
 import ast
 import inspect
+import json
+import runpy
 import sys
 import textwrap
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
 import autograder
 from autograder.judging.catalogue import entry
-from answers.bank import HERE, MIN_WRONG, Says, answer_name, chapter_file, load, named, solutions
+from answers.bank import HERE, MIN_WRONG, Says, answer_name, chapter_file, load, named, solution_of, solutions
+from answers.submission import submission_source, write_submission
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -80,13 +86,15 @@ def test_every_chapter_file_is_loaded():
     files = sorted(p.stem for p in HERE.glob("ch[0-9][0-9]_*.py"))
     loaded = {name.rsplit(".", 1)[-1] for name in sys.modules if name.rsplit(".", 1)[0].endswith("answers")}
     missing = [f for f in files if f not in loaded]
-    assert not missing, f"tests/answers/{missing[0]}.py is not imported: add it to load() in tests/answers/bank.py"
+    assert not missing, (f"tests/answers/{missing[0]}.py is not imported: load() in tests/answers/bank.py imports "
+                         f"the files named ch<NN>_<chapter>.py")
 
 
 def test_banks_are_for_known_questions_only():
     unknown = sorted(set(BANKS) - set(CHAPTER))
     assert not unknown, f"answer banks for questions that do not exist: {unknown}"
-    banked_anyway = sorted(set(BANKS) & set(NO_BANK))
+    banked_anyway = sorted(qid for qid in set(BANKS) & set(NO_BANK)
+                           if BANKS[qid].variants or BANKS[qid].right or BANKS[qid].wrong)
     assert not banked_anyway, f"{banked_anyway} are in NO_BANK but have banks: take them out of NO_BANK"
 
 
@@ -141,10 +149,9 @@ def test_named_reads_keys_words_and_both():
 
 
 def test_a_solution_lives_in_one_place(monkeypatch):
-    """A new question's solution is ``@solution`` in its bank; ``solutions()`` finds it, refuses a
-    second one and refuses a question whose solution is both there and in solutions.py."""
+    """A question's solution is ``@solution`` in its bank, once; a question without one is refused
+    with the file to add it to, by the tests and by the whole submission."""
     from answers import bank as B
-    from answers.solutions import ANSWERS
 
     def toy_answer(x):
         return x
@@ -154,10 +161,79 @@ def test_a_solution_lives_in_one_place(monkeypatch):
     assert solutions()["toy"] is toy_answer
     with pytest.raises(AssertionError, match="two @solution"):
         B.solution("toy")(toy_answer)
-    old = next(iter(ANSWERS))
-    monkeypatch.setitem(B.BANKS, old, B.Bank(old, solution=toy_answer))
-    with pytest.raises(AssertionError, match="keep one"):
-        solutions()
+    monkeypatch.setitem(B.BANKS, "q1", B.Bank("q1"))          # q1 as a new question without its solution yet
+    with pytest.raises(LookupError, match=r"tests/answers/ch02_positional_encoding.py with @solution\('q1'\)"):
+        solution_of("q1")
+    with pytest.raises(AssertionError, match=r"no solution for \['q1'\]: add @solution"):
+        submission_source([autograder.question("q1")])
+
+
+# --------------------------------------------------------------------------- written once
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _answer_cell(q) -> str:
+    notebook = json.loads((ROOT / "solutions" / q.chapter / f"{q.chapter}.ipynb").read_text(encoding="utf-8"))
+    cells = [c for c in notebook["cells"] if c.get("id") == f"{q.id}-answer"]
+    assert len(cells) == 1, f"solutions/{q.chapter}/{q.chapter}.ipynb has {len(cells)} cells {q.id}-answer"
+    source = cells[0]["source"]
+    return source if isinstance(source, str) else "".join(source)
+
+
+def _without_decorators(node: ast.AST) -> str:
+    node.decorator_list = []
+    return ast.dump(node)
+
+
+@pytest.mark.parametrize("qid", [q.id for q in QUESTIONS])
+def test_each_solution_is_the_notebooks_answer(qid):
+    """The bank's ``@solution`` is the definition of the answer name in the solutions notebook's answer
+    cell ``<id>-answer``, compared as parsed code (comments, blank lines and layout aside; docstrings
+    and every statement count), so the answer is written once and copied, never rewritten; a value
+    question's ``solution_value`` is the number the cell's solution region assigns."""
+    q = autograder.question(qid)
+    notebook = f"solutions/{q.chapter}/{q.chapter}.ipynb"
+    where = (f"make {chapter_file(q.chapter)}'s @solution({qid!r}) the definition of {q.answer_name} in the cell "
+             f"{qid}-answer of {notebook} (copy it from the notebook, which students see)")
+    cell = ast.parse(_answer_cell(q))
+    if q.kind == "value":
+        numbers = [ast.literal_eval(n.value) for n in cell.body if isinstance(n, ast.Assign)
+                   and [getattr(t, "id", None) for t in n.targets] == [q.answer_name]
+                   and isinstance(n.value, ast.Constant) and n.value.value is not None]
+        assert numbers and numbers[-1] == solution_of(qid), f"{numbers[-1:]} != {solution_of(qid)!r}: {where}"
+        return
+    defined = [n for n in cell.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == q.answer_name]
+    assert defined, f"the cell {qid}-answer of {notebook} defines no {q.answer_name}"
+    source = textwrap.dedent(inspect.getsource(solution_of(qid))) if not inspect.isclass(solution_of(qid)) else None
+    bank_node = (ast.parse(source).body[0] if source is not None
+                 else _class_node(solution_of(qid)))
+    assert _without_decorators(bank_node) == _without_decorators(defined[-1]), (
+        f"{where}\n--- bank\n{ast.unparse(bank_node)}\n--- notebook\n{ast.unparse(defined[-1])}")
+
+
+def _class_node(cls) -> ast.ClassDef:
+    """A class's definition in its module, found by its methods' lines (chapter 6's bank defines
+    PatchEmbedding three times, as its notebook does; inspect.getsource would give the first)."""
+    module = sys.modules[cls.__module__]
+    lines = {f.__code__.co_firstlineno for f in vars(cls).values() if hasattr(f, "__code__")}
+    return next(n for n in ast.parse(inspect.getsource(module)).body if isinstance(n, ast.ClassDef)
+                and n.name == cls.__name__ and any(n.lineno <= line <= n.end_lineno for line in lines))
+
+
+def test_the_whole_submission_binds_every_answer_name_to_its_solution(tmp_path):
+    """The file the CLI tests check (tests/answers/submission.py writes it from the banks) defines every
+    question's answer name: a function or class of the solution's name, a value question's number."""
+    found = runpy.run_path(str(write_submission(tmp_path / "answers.py")))
+    for q in QUESTIONS:
+        answer = found.get(q.answer_name)
+        if q.kind == "value":
+            assert answer == solution_of(q.id), q.id
+        else:
+            assert getattr(answer, "__name__", None) == q.answer_name and answer is not solution_of(q.id), q.id
+    patch = next(q for q in QUESTIONS if q.answer_name == "PatchEmbedding" and q.id == "q4")
+    assert set(inspect.signature(found["PatchEmbedding"]).parameters) == set(
+        inspect.signature(solution_of(patch.id)).parameters)     # the last PatchEmbedding is q4's, as in the notebook
 
 
 def test_the_named_mistakes_bench_counts_each_wrong_answer_once():
@@ -197,7 +273,7 @@ def test_no_two_bank_answers_of_a_question_have_the_same_code():
     seen: dict = {}
     twice = []
     for qid, b in load().items():
-        for answer in [*b.variants, *b.right, *(a for a, _ in b.wrong)]:
+        for answer in [b.solution, *b.variants, *b.right, *(a for a, _ in b.wrong)]:
             code = _written_code(answer)
             if code is None:
                 continue

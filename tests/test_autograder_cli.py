@@ -13,11 +13,11 @@ import autograder
 from autograder.hosts.child_process import check_file, check_submission, format_table
 from autograder.judging.model import Result
 from autograder.student.cells import SubmissionError
+from tests.answers.submission import submission_source, write_submission
 
 pytestmark = pytest.mark.slow   # each test checks a submission in child processes (make test-fast skips it)
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLUTIONS = ROOT / "tests" / "answers" / "solutions.py"
 
 
 def run_cli(*args, timeout=300):
@@ -39,8 +39,9 @@ def by_id(results):
 
 
 def test_cli_on_the_solutions_file_passes_everything(tmp_path):
-    """The solutions file carries no assignment's marks (tests/test_identify.py): its questions are named."""
-    answers = shutil.copy(SOLUTIONS, tmp_path / "answers.py")
+    """The whole submission written from the answer banks (tests/answers/submission.py) carries no
+    assignment's marks (tests/test_identify.py): its questions are named."""
+    answers = write_submission(tmp_path / "answers.py")
     done = run_cli("check", answers, "--json", *(arg for q in autograder.questions() for arg in ("-q", q.id)))
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout)
@@ -227,13 +228,13 @@ def test_time_limit_and_exit_status(tmp_path):
     assert "cell 3: did not finish within" in outcome.cell_errors[-1]
 
     exiting = tmp_path / "exiting.py"
-    exiting.write_text(SOLUTIONS.read_text() + "\nimport os\nos._exit(3)\n")
+    exiting.write_text(submission_source() + "\nimport os\nos._exit(3)\n")
     (q1,), outcome = check_submission(exiting, ["q1"])
     assert q1.passed, q1.feedback                     # run again without the statement that ended the process
     assert "exited with status 3" in outcome.reason and "run again without it" in outcome.reason
 
     exiting_answer = tmp_path / "exiting_answer.py"
-    exiting_answer.write_text(SOLUTIONS.read_text() + "\nimport os\ndef softmax(x, dim=-1):\n    os._exit(3)\n")
+    exiting_answer.write_text(submission_source() + "\nimport os\ndef softmax(x, dim=-1):\n    os._exit(3)\n")
     q1, sm = check_file(exiting_answer, ["q1", "softmax"])
     assert q1.passed and not sm.passed and "stopped its process" in sm.feedback
 
@@ -249,13 +250,13 @@ def test_unreadable_submissions(tmp_path):
     other.write_text("x = 1")
     with pytest.raises(SubmissionError, match="expected a notebook"):
         check_file(other, ["q1"])
-    done = run_cli("check", SOLUTIONS, "-q", "no_such_question")
+    done = run_cli("check", write_submission(tmp_path / "answers.py"), "-q", "no_such_question")
     assert done.returncode == 2 and "unknown question id" in done.stderr
 
 
 def test_pytest_plugin(tmp_path):
     answers = tmp_path / "answers.py"
-    answers.write_text(SOLUTIONS.read_text() + "\n\ndef softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim)\n")
+    answers.write_text(submission_source() + "\n\ndef softmax(x, dim=-1):\n    return x.exp() / x.exp().sum(dim)\n")
     done = subprocess.run([sys.executable, "-m", "pytest", str(ROOT / "autograder"), "--answers", str(answers),
                            "--question", "q1", "--question", "softmax", "-q", "-p", "no:cacheprovider"],
                           capture_output=True, text=True, cwd=tmp_path, timeout=300)
@@ -269,14 +270,14 @@ import sys
 from autograder.questions import registry
 from autograder.student import wire
 from autograder.student.probe import probe
-from tests.answers.solutions import ANSWERS
+from tests.answers.bank import solution_of
 for name in ("vitref", "autograder.judging"):
     assert name not in sys.modules, name
 probed = 0
 for q in registry().values():
     if q.seconds:       # a training question: its images come from the grader (sandboxed batch test)
         continue
-    data = probe(q, ANSWERS[q.id])
+    data = probe(q, solution_of(q.id))
     assert not data["fatal"] and all(c["error"] is None for c in data["cases"]), (q.id, data)
     wire.result_frame(q.id, data)
     probed += 1
@@ -307,7 +308,7 @@ def test_a_question_that_forbids_nothing_is_not_graded_under_another_questions_b
     concept's number with nn.Embedding meets that ban in a cell: the question is run again
     without it (full marks), while the embedding ban still holds for its own question."""
     path = tmp_path / "embedding_everywhere.py"
-    path.write_text(SOLUTIONS.read_text().replace(
+    path.write_text(submission_source().replace(
         "numbers_per_token = 192",
         "numbers_per_token = int(nn.Embedding(1, 192)(torch.tensor([0])).shape[-1])") + textwrap.dedent('''
         def embed(token_ids, weight):

@@ -100,7 +100,7 @@ def test_every_chapter_module_registers_only_its_own_chapter():
 
 
 # ------------------------------------------------------------------ a question
-# (tests/test_answer_banks.py: a solution (@solution in the bank, or solutions.py's ANSWERS) and an answer bank;
+# (tests/test_answer_banks.py: a solution (@solution in the bank, equal to the notebook's answer) and an answer bank;
 # tests/test_autograder_checks.py: >= 3 catalogued mistakes, each rejected and named;
 # tests/test_notebooks.py: one test cell per question in its solutions notebook,
 # print(autograder.grade("<id>", <answer>)), with the question's points)
@@ -144,7 +144,8 @@ def test_every_mistake_says_what_it_is_and_what_to_change(qid):
         assert mistake.build is not None or mistake.ask.strip(), f"{where}: a change or a symptom needs its ask"
         assert mistake.hint not in mistake.question(), f"{where}: the ask gives the fix away"
         missing = sorted(set(mistake.needs) - set(S.PARTS))
-        assert not missing, f"{where} needs {missing}: add them to PARTS in tests/answers/solutions.py"
+        assert not missing, (f"{where} needs {missing}: add them to PARTS in tests/answers/solutions.py "
+                             f"(a question's solution or given code)")
 
 
 # ------------------------------------------------------------------ a training recipe

@@ -18,6 +18,7 @@ from autograder.hosts.child_process import default_questions
 from autograder.hosts.identify import FROM_CHECK_CELLS, FROM_GRADE_IDS, Unidentified, identify
 from autograder.instructor.nbtools import marks_problem
 from autograder.student.cells import SubmissionError
+from tests.answers.submission import write_submission
 
 ROOT = Path(__file__).resolve().parents[1]
 ASSIGNMENTS = sorted({q.chapter for q in autograder.questions()})
@@ -153,7 +154,7 @@ def test_cells_of_two_assignments_name_both(tmp_path):
 def test_a_file_without_marks_is_refused_with_what_was_expected(tmp_path):
     """Every answer name of the course defined at top level, but no mark: nothing is guessed."""
     answers = tmp_path / "03_attention.py"                 # a chapter's name does not count either
-    shutil.copy(ROOT / "tests" / "answers" / "solutions.py", answers)
+    write_submission(answers)                              # every question's solution (from the answer banks)
     with pytest.raises(Unidentified) as raised:
         identify(answers)
     message = str(raised.value)

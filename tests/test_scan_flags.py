@@ -10,13 +10,17 @@ import pytest
 
 import autograder
 from answers.bank import right_answers, solutions
+from answers.submission import submission_source
 from autograder.judging.scan import FLAG_KINDS, flags, held_reason, holds, scan_object, scan_source
 from autograder.student.cells import code_cells
 
 REPO = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted(REPO.glob("solutions/*/*.ipynb")) + sorted(REPO.glob("exercises/*/*.ipynb")) \
     + sorted(REPO.glob("book/*.ipynb"))
-ANSWER_FILES = sorted((REPO / "tests" / "answers").glob("*.py"))
+# the files of answers (the banks, the notebooks' given code); bank.py, solutions.py and submission.py are
+# the tests' machinery, not code a student writes: the whole submission they write is scanned below
+ANSWERS_DIR = REPO / "tests" / "answers"
+ANSWER_FILES = [*sorted(ANSWERS_DIR.glob("ch[0-9][0-9]_*.py")), ANSWERS_DIR / "given.py"]
 
 
 def _cells(path: Path) -> list[str]:
@@ -43,6 +47,11 @@ def test_no_flag_on_the_course_notebooks(path):
 @pytest.mark.parametrize("path", ANSWER_FILES, ids=lambda p: p.name)
 def test_no_flag_in_the_answer_files(path):
     assert [f.text() for f in flags([path.read_text()])] == []
+
+
+def test_no_flag_in_the_whole_submission_written_from_the_banks():
+    """The file the CLI tests check (every solution, tests/answers/submission.py) is honest code too."""
+    assert [f.text() for f in flags([submission_source()])] == []
 
 
 @pytest.mark.parametrize("path", sorted(REPO.glob("solutions/*/*.ipynb")), ids=lambda p: p.name)

@@ -9,6 +9,10 @@ Sinusoidal encoding (Vaswani et al., 2017), for position ``k`` and pair index ``
     P[k, 2i+1] = cos(k / n^(2i/d))
 
 with ``n = 10000`` in the paper (the slides' worked example uses ``n = 100``).
+
+Rotary position embedding (RoPE; Su et al., 2021, "RoFormer: Enhanced Transformer with Rotary
+Position Embedding", arXiv:2104.09864) rotates queries and keys instead of adding a table to the
+tokens: :func:`apply_rope`.
 """
 from __future__ import annotations
 
@@ -98,10 +102,45 @@ def one_hot_embedding(token_ids: torch.Tensor, weight: torch.Tensor) -> torch.Te
     return one_hot @ weight                                                                     # (..., D)
 
 
+
+def apply_rope(x: torch.Tensor, base: float = 10000) -> torch.Tensor:
+    """Rotary position embedding of queries or keys ``x`` of shape ``(..., T, D)`` (Su et al., 2021).
+
+    Token ``t``'s features are taken in interleaved pairs ``(2i, 2i+1)`` and pair ``i`` is rotated
+    by the angle ``t * base^(-2i/D)``::
+
+        out[..., t, 2i]   = x[..., t, 2i] cos(angle) - x[..., t, 2i+1] sin(angle)
+        out[..., t, 2i+1] = x[..., t, 2i] sin(angle) + x[..., t, 2i+1] cos(angle)
+
+    Positions count from 0 (token 0 is left as it is); the result has ``x``'s shape, dtype and device.
+    A rotation keeps lengths, and the dot product of a query rotated at ``t`` with a key rotated at
+    ``s`` depends on ``s - t`` only: attention scores see the offset between tokens, not where they are.
+    ``D`` must be even (GPT-NeoX and Hugging Face's LLaMA pair feature ``i`` with ``i + D/2`` instead:
+    another convention, other numbers).
+    """
+    if not isinstance(x, torch.Tensor) or x.dim() < 2:
+        raise ValueError(f"apply_rope expects a tensor of shape (..., T, D), got {getattr(x, 'shape', type(x))}")
+    seq_len, width = x.shape[-2], x.shape[-1]
+    if width % 2:
+        raise ValueError(f"apply_rope rotates pairs of features: the width D (the last dimension) must be even, "
+                         f"got D = {width}")
+    if base <= 0:
+        raise ValueError(f"the frequency base must be positive, got {base}")
+    positions = torch.arange(seq_len, dtype=torch.float64)[:, None]                 # (T, 1)
+    pair_index = torch.arange(width // 2, dtype=torch.float64)[None, :]             # (1, D/2)
+    angles = positions * torch.pow(torch.tensor(float(base), dtype=torch.float64), -2 * pair_index / width)
+    cos = torch.cos(angles).to(device=x.device, dtype=x.dtype)                     # (T, D/2)
+    sin = torch.sin(angles).to(device=x.device, dtype=x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]                                         # (..., T, D/2) each
+    rotated = torch.stack((even * cos - odd * sin, even * sin + odd * cos), dim=-1)  # (..., T, D/2, 2)
+    return rotated.flatten(-2)                                                       # (..., T, D)
+
+
 __all__ = [
     "sinusoidal_encoding",
     "LearnedPositionalEmbedding",
     "SinusoidalPositionalEncoding",
     "embedding_lookup",
     "one_hot_embedding",
+    "apply_rope",
 ]

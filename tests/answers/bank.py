@@ -3,10 +3,11 @@
 One file per chapter, named for the chapter (``autograder.question(qid).chapter``, e.g.
 ``03_attention`` -> ``tests/answers/ch03_attention.py``), holds the banks of all its questions:
 
-* the **solution**: ``@solution(qid)`` in the chapter file, or, for the questions that predate the
-  banks, ``ANSWERS[qid]`` in ``tests/answers/solutions.py`` (also a whole submission that the CLI,
-  bench and threat tests hand to the autograder); :func:`solutions` gives both, and a question has
-  exactly one;
+* the **solution**: ``@solution(qid)`` on the answer written as the solutions notebook's answer
+  cell writes it (``solution_value(qid, value)`` for a question answered with a number), exactly one
+  per question (``tests/test_answer_banks.py`` holds it equal to the notebook's);
+  :func:`solutions` gives them by question id, ``tests/answers/submission.py`` writes them into
+  the whole submission the CLI, bench and threat tests hand to the autograder;
 * ``@variant(qid)``: other correct formulations (loops, numpy, float64, other layouts...);
 * ``@right(qid, ...)``: correct answers written the way students write them;
 * ``@wrong(qid, expected)`` (or ``wrong_list(qid, [(answer, expected), ...])``): realistic wrong
@@ -22,6 +23,7 @@ answers (the exceptions, with their reasons, are listed there).
 """
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,7 +88,7 @@ def _check_expected(expected: Any) -> None:
 
 
 def solution(qid: str):
-    """The question's solution, as the solutions notebook writes it."""
+    """The question's solution (a function or class), as the solutions notebook's answer cell writes it."""
     def register(obj):
         assert bank(qid).solution is None, f"{qid} has two @solution answers"
         bank(qid).solution = obj
@@ -95,18 +97,36 @@ def solution(qid: str):
     return register
 
 
-def solutions() -> dict[str, Any]:
-    """Every question's solution: ``tests/answers/solutions.py``'s ``ANSWERS`` and the banks'
-    ``@solution``; a question with both fails (one solution, one place)."""
-    from .solutions import ANSWERS
+def solution_value(qid: str, value):
+    """The solution of a question answered with a number: ``name = solution_value(qid, 0.48)``,
+    the number the solutions notebook's answer cell assigns."""
+    assert bank(qid).solution is None, f"{qid} has two solutions"
+    bank(qid).solution = value
+    return value
 
-    merged = dict(ANSWERS)
-    for qid, b in load().items():
-        if b.solution is not None:
-            assert qid not in merged, (f"{qid} has a solution in tests/answers/solutions.py and a @solution in "
-                                       f"its chapter file: keep one")
-            merged[qid] = b.solution
-    return merged
+
+def solutions() -> dict[str, Any]:
+    """Every question's solution by id (the banks' ``@solution`` and ``solution_value``)."""
+    return {qid: b.solution for qid, b in load().items() if b.solution is not None}
+
+
+def solution_of(qid: str) -> Any:
+    """The solution of question ``qid``; a question without one fails with where to add it."""
+    found = solutions()
+    if qid not in found:
+        raise LookupError(f"no solution for question {qid!r}: add it to {chapter_file(_chapter(qid))} with "
+                          f"@solution({qid!r}) on the answer written as its solutions notebook's answer cell "
+                          f"writes it (solution_value({qid!r}, <number>) for a number)")
+    return found[qid]
+
+
+def _chapter(qid: str) -> str:
+    # the registry, imported here: the sandbox-bundle probe test imports this module where only the
+    # student side of autograder exists, and bench/ imports it before anything else
+    from autograder.questions import registry
+
+    question = registry().get(qid)
+    return question.chapter if question is not None else "<NN>_<chapter>"
 
 
 def variant(qid: str):
@@ -150,18 +170,10 @@ def chapter_file(chapter: str) -> str:
 
 
 def load() -> dict[str, Bank]:
-    """Import every chapter file and return the banks by question id. (A new chapter file is
-    imported here; tests/test_answer_banks.py checks that none is left out.)"""
-    from . import (  # noqa: F401 - importing a chapter file registers its banks
-        ch01_tokens,
-        ch02_positional_encoding,
-        ch03_attention,
-        ch04_multihead_attention,
-        ch05_blocks,
-        ch06_patch_embedding,
-        ch07_vit,
-        ch08_decoder,
-    )
+    """Import every chapter file (``tests/answers/ch<NN>_<chapter>.py``, found by name: a new
+    chapter's file needs no list) and return the banks by question id."""
+    for path in sorted(HERE.glob("ch[0-9][0-9]_*.py")):
+        importlib.import_module(f"{__package__}.{path.stem}")     # importing a chapter file registers its banks
     return BANKS
 
 

@@ -3,7 +3,7 @@
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
 hand as students write them, not with the catalogue's builders; the building blocks they use are the
-course's solutions (solutions.py) or the code the notebooks give (given.py).
+course's solutions (each question's @solution) or the code the notebooks give (given.py).
 """
 
 import numpy as np
@@ -11,7 +11,36 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-from .bank import right, says, variant, wrong
+from .bank import right, says, solution, solution_value, variant, wrong
+
+
+# ###################################################################################################
+# the solutions, as the answer cells of the solutions notebook write them
+# (tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer holds them equal)
+@solution("patches")
+def image_to_patches(images, patch_size):
+    """images (B, C, H, W) -> patches (B, N, P*P*C) with N = (H/P) * (W/P)."""
+    B, C, H, W = images.shape
+    if H % patch_size or W % patch_size:
+        raise ValueError(f"image size {H}x{W} is not divisible by patch size {patch_size}")
+    ### BEGIN SOLUTION
+    patches = rearrange(images, "b c (h s1) (w s2) -> b (h w) (s1 s2 c)", s1=patch_size, s2=patch_size)
+    ### END SOLUTION
+    return patches
+
+
+@solution("embedding_lookup")
+def embed(token_ids, weight):
+    """token_ids (...) integers in [0, V), weight (V, D) -> embeddings (..., D)."""
+    vocab_size = weight.shape[0]
+    ### BEGIN SOLUTION
+    one_hot = F.one_hot(token_ids, num_classes=vocab_size).to(weight.dtype)  # (..., V)
+    return one_hot @ weight                                                   # (..., D)
+    ### END SOLUTION
+
+
+numbers_per_token = solution_value("concept_patch_numbers", 192)
+
 
 # ####################################################################################################
 # variants: other correct formulations

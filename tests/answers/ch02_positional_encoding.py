@@ -1,16 +1,53 @@
-"""Answer banks of Chapter 2 (positional encoding): q1.
+"""Answer banks of Chapter 2 (positional encoding): q1, apply_rope.
 
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
 hand as students write them, not with the catalogue's builders; the building blocks they use are the
-course's solutions (solutions.py) or the code the notebooks give (given.py).
+course's solutions (each question's @solution) or the code the notebooks give (given.py).
 """
 import math
 
 import numpy as np
 import torch
+from einops import rearrange
 
-from .bank import right, says, variant, wrong, wrong_list, wrong_rows
+from .bank import right, says, solution, solution_value, variant, wrong, wrong_list, wrong_rows
+
+
+# ###################################################################################################
+# the solutions, as the answer cells of the solutions notebook write them
+# (tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer holds them equal)
+@solution("q1")
+def getPositionEncoding(seq_len, d, n=10000):
+    P = np.zeros((seq_len, d))
+    for k in range(seq_len):
+        for i in np.arange(int(d / 2)):
+            # Q1. Fill in the three lines: denominator, P[k, 2*i] and P[k, 2*i+1].
+            ### BEGIN SOLUTION
+            denominator = np.power(n, 2 * i / d)
+            P[k, 2 * i] = np.sin(k / denominator)
+            P[k, 2 * i + 1] = np.cos(k / denominator)
+            ### END SOLUTION
+    return P
+
+
+table_entry = solution_value("concept_sinusoid_value", 0.48)
+
+
+@solution("apply_rope")
+def apply_rope(x, base=10000):
+    """x (..., T, D), D even -> x with the features (2i, 2i+1) of token t rotated by the angle t * base^(-2i/D)."""
+    T, D = x.shape[-2], x.shape[-1]
+    ### BEGIN SOLUTION
+    positions = torch.arange(T, dtype=x.dtype, device=x.device)[:, None]        # (T, 1)
+    pair = torch.arange(D // 2, dtype=x.dtype, device=x.device)[None, :]        # (1, D/2)
+    angles = positions * base ** (-2 * pair / D)                                # (T, D/2)
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    even, odd = x[..., 0::2], x[..., 1::2]                                      # (..., T, D/2) each
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)  # (..., T, D/2, 2)
+    return rotated.flatten(-2)                                                  # (..., T, D)
+    ### END SOLUTION
+
 
 # ####################################################################################################
 # variants: other correct formulations
@@ -246,3 +283,160 @@ def pe_table_from_two_vectorised(seq_len, d, n=10000):
     P = np.empty((seq_len, d))
     P[:, 0::2], P[:, 1::2] = np.sin(angles), np.cos(angles)
     return P
+
+
+# ####################################################################################################
+# apply_rope: rotary position embedding (RoFormer's interleaved pairs)
+# ----------------------------------------------------------------- other correct formulations
+@variant("apply_rope")
+def rope_complex(x, base=10000):
+    """Each pair (2i, 2i+1) as the complex number x_2i + i x_2i+1, multiplied by e^(i angle)."""
+    T, D = x.shape[-2], x.shape[-1]
+    frequencies = base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)           # (D/2,)
+    angles = torch.outer(torch.arange(T, dtype=torch.float64), frequencies)            # (T, D/2)
+    turn = torch.polar(torch.ones_like(angles), angles)                                # (T, D/2) complex
+    pairs = torch.view_as_complex(x.double().reshape(*x.shape[:-1], D // 2, 2).contiguous())
+    return torch.view_as_real(pairs * turn).flatten(-2).to(x.dtype)
+
+
+@variant("apply_rope")
+def rope_loops(x, base=10000):
+    out = x.clone()
+    T, D = x.shape[-2], x.shape[-1]
+    for t in range(T):
+        for i in range(D // 2):
+            angle = t / base ** (2 * i / D)
+            c, s = math.cos(angle), math.sin(angle)
+            a, b = x[..., t, 2 * i], x[..., t, 2 * i + 1]
+            out[..., t, 2 * i] = a * c - b * s
+            out[..., t, 2 * i + 1] = a * s + b * c
+    return out
+
+
+@variant("apply_rope")
+def rope_rotation_matrices(x, base=10000):
+    """One 2 x 2 rotation matrix per position and pair, applied with einsum."""
+    T, D = x.shape[-2], x.shape[-1]
+    theta = base ** (-2 * torch.arange(D // 2, dtype=torch.float64) / D)
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * theta                    # (T, D/2)
+    c, s = angles.cos(), angles.sin()
+    R = torch.stack([torch.stack([c, -s], -1), torch.stack([s, c], -1)], -2).to(x.dtype)   # (T, D/2, 2, 2)
+    pairs = x.reshape(*x.shape[:-1], D // 2, 2)                                       # (..., T, D/2, 2)
+    return torch.einsum("tpij,...tpj->...tpi", R, pairs).reshape(x.shape)
+
+
+@right("apply_rope")
+def rope_rotate_every_two(x, base=10000):
+    """GPT-J's layout: (-x_2i+1, x_2i) interleaved, cos and sin repeated per feature."""
+    T, D = x.shape[-2], x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, D, 2).double() / D))
+    angles = torch.arange(T).double()[:, None] * inv_freq[None, :]                    # (T, D/2)
+    cos = angles.cos().repeat_interleave(2, dim=-1).to(x.dtype)                        # (T, D)
+    sin = angles.sin().repeat_interleave(2, dim=-1).to(x.dtype)
+    x_rot = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
+    return x * cos + x_rot * sin
+
+
+@right("apply_rope")
+def rope_einops(x, base=10000):
+    T, D = x.shape[-2:]
+    pairs = rearrange(x, "... t (d two) -> ... t d two", two=2)
+    angle = torch.arange(T, dtype=x.dtype)[:, None] * torch.pow(base, -torch.arange(0, D, 2, dtype=x.dtype) / D)
+    a, b = pairs[..., 0], pairs[..., 1]
+    out = torch.stack((a * angle.cos() - b * angle.sin(), a * angle.sin() + b * angle.cos()), dim=-1)
+    return rearrange(out, "... t d two -> ... t (d two)")
+
+
+# ----------------------------------------------------------------- wrong answers
+@wrong("apply_rope", "rope_halves")
+def rope_rotate_half(x, base=10000):
+    """Hugging Face's LLaMA layout: feature i paired with i + D/2."""
+    T, D = x.shape[-2], x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, D, 2, dtype=torch.float32) / D))
+    freqs = torch.outer(torch.arange(T, dtype=torch.float32), inv_freq)                # (T, D/2)
+    emb = torch.cat((freqs, freqs), dim=-1)                                            # (T, D)
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    rotated_half = torch.cat((-x2, x1), dim=-1)
+    return x * emb.cos().to(x.dtype) + rotated_half * emb.sin().to(x.dtype)
+
+
+@wrong("apply_rope", "rope_sine_sign")
+def rope_clockwise(x, base=10000):
+    T, D = x.shape[-2], x.shape[-1]
+    angles = torch.arange(T, dtype=x.dtype)[:, None] * base ** (-2 * torch.arange(D // 2, dtype=x.dtype) / D)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = even * angles.cos() + odd * angles.sin()
+    out[..., 1::2] = odd * angles.cos() - even * angles.sin()
+    return out
+
+
+@wrong("apply_rope", "rope_exponent_i_over_d")
+def rope_exponent_pair_index(x, base=10000):
+    T, D = x.shape[-2], x.shape[-1]
+    i = torch.arange(D // 2, dtype=x.dtype)
+    angles = torch.arange(T, dtype=x.dtype)[:, None] / base ** (i / D)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * angles.cos() - odd * angles.sin(), even * angles.sin() + odd * angles.cos()],
+                       dim=-1).flatten(-2)
+
+
+@wrong("apply_rope", "rope_positions_from_one")
+def rope_positions_one_based(x, base=10000):
+    T, D = x.shape[-2], x.shape[-1]
+    positions = torch.arange(1, T + 1, dtype=x.dtype)[:, None]                     # the first token at 1
+    angles = positions * base ** (-torch.arange(0, D, 2, dtype=x.dtype) / D)
+    c, s = angles.cos(), angles.sin()
+    out = x.clone()
+    out[..., 0::2] = x[..., 0::2] * c - x[..., 1::2] * s
+    out[..., 1::2] = x[..., 0::2] * s + x[..., 1::2] * c
+    return out
+
+
+@wrong("apply_rope", "rope_exponent_doubled_twice")
+def rope_feature_index_doubled(x, base=10000):
+    T, D = x.shape[-2], x.shape[-1]
+    feature = torch.arange(0, D, 2, dtype=x.dtype)                               # 0, 2, 4...: already 2i
+    angles = torch.arange(T, dtype=x.dtype)[:, None] * base ** (-2 * feature / D)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * angles.cos() - odd * angles.sin(), even * angles.sin() + odd * angles.cos()],
+                       dim=-1).flatten(-2)
+
+
+@wrong("apply_rope", says("rotated"))
+def rope_pairs_written_as_halves(x, base=10000):
+    """Reads the interleaved pairs but writes the rotated ones back as two halves."""
+    T, D = x.shape[-2], x.shape[-1]
+    angles = torch.arange(T, dtype=x.dtype)[:, None] * base ** (-2 * torch.arange(D // 2, dtype=x.dtype) / D)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.cat([even * angles.cos() - odd * angles.sin(), even * angles.sin() + odd * angles.cos()], dim=-1)
+
+
+@wrong("apply_rope", says("rotated"))
+def rope_cos_tiled(x, base=10000):
+    """GPT-J's rotate-every-two with cos and sin tiled ([c0, c1, ..., c0, c1, ...]) instead of repeated per pair."""
+    T, D = x.shape[-2], x.shape[-1]
+    angles = torch.arange(T, dtype=x.dtype)[:, None] * base ** (-torch.arange(0, D, 2, dtype=x.dtype) / D)
+    cos, sin = angles.cos().repeat(1, 2), angles.sin().repeat(1, 2)                # (T, D), in the wrong order
+    x_rot = torch.stack([-x[..., 1::2], x[..., 0::2]], dim=-1).flatten(-2)
+    return x * cos + x_rot * sin
+
+
+@wrong("apply_rope", says("float32"))
+def rope_always_float32(x, base=10000):
+    T, D = x.shape[-2], x.shape[-1]
+    angles = torch.arange(T).float()[:, None] * base ** (-torch.arange(0, D, 2).float() / D)
+    even, odd = x[..., 0::2].float(), x[..., 1::2].float()
+    return torch.stack([even * angles.cos() - odd * angles.sin(), even * angles.sin() + odd * angles.cos()],
+                       dim=-1).flatten(-2)
+
+
+@wrong("apply_rope", says("rotated"))
+def rope_positions_from_axis_one(x, base=10000):
+    """Written for (B, T, D): the positions are read from axis 1, the heads' axis of (B, H, T, D)."""
+    T, D = x.shape[1], x.shape[-1]
+    angles = torch.arange(T, dtype=x.dtype)[:, None] * base ** (-2 * torch.arange(D // 2, dtype=x.dtype) / D)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    return torch.stack([even * angles.cos() - odd * angles.sin(), even * angles.sin() + odd * angles.cos()],
+                       dim=-1).flatten(-2)
+

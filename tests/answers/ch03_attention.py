@@ -3,7 +3,7 @@
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
 hand as students write them, not with the catalogue's builders; the building blocks they use are the
-course's solutions (solutions.py) or the code the notebooks give (given.py).
+course's solutions (each question's @solution) or the code the notebooks give (given.py).
 """
 import math
 
@@ -12,8 +12,54 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import solutions as S
-from .bank import right, says, variant, wrong, wrong_list
+from .bank import right, says, solution, solution_value, variant, wrong, wrong_list
+
+
+# ###################################################################################################
+# the solutions, as the answer cells of the solutions notebook write them
+# (tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer holds them equal)
+@solution("softmax")
+def softmax(x, dim=-1):
+    """Softmax of tensor x along dim, safe for large values."""
+    ### BEGIN SOLUTION
+    shifted = x - x.amax(dim=dim, keepdim=True)
+    exps = torch.exp(shifted)
+    return exps / exps.sum(dim=dim, keepdim=True)
+    ### END SOLUTION
+
+
+@solution("attention")
+def scaled_dot_product_attention(q, k, v, mask=None):
+    """q (..., T, d_k), k (..., S, d_k), v (..., S, d_v) -> (out (..., T, d_v), weights (..., T, S))."""
+    d_k = q.shape[-1]
+    ### BEGIN SOLUTION
+    scores = q @ k.transpose(-2, -1) / d_k ** 0.5                 # (..., T, S)
+    if mask is not None:
+        scores = scores.masked_fill(mask == 0, -1e9)
+    weights = softmax(scores, dim=-1)                              # (..., T, S)
+    out = weights @ v                                              # (..., T, d_v)
+    ### END SOLUTION
+    return out, weights
+
+
+@solution("attention_head")
+class AttentionHead(nn.Module):
+    def __init__(self, dim, head_dim):
+        super().__init__()
+        self.query = nn.Linear(dim, head_dim)
+        self.key = nn.Linear(dim, head_dim)
+        self.value = nn.Linear(dim, head_dim)
+
+    def forward(self, x, mask=None):
+        # x: (B, T, dim)
+        ### BEGIN SOLUTION
+        q, k, v = self.query(x), self.key(x), self.value(x)     # each (B, T, head_dim)
+        return scaled_dot_product_attention(q, k, v, mask)
+        ### END SOLUTION
+
+
+masked_row_weight = solution_value("concept_masked_row", 0.2)
+
 
 # ####################################################################################################
 # variants: other correct formulations
@@ -43,7 +89,7 @@ def attention_where_nan_to_num(q, k, v, mask=None):
     scores = torch.einsum("...td,...sd->...ts", q, k) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = torch.where(mask.bool(), scores, torch.tensor(float("-inf")))
-    weights = torch.nan_to_num(S.softmax(scores, dim=-1), nan=0.0)
+    weights = torch.nan_to_num(softmax(scores, dim=-1), nan=0.0)
     return torch.einsum("...ts,...sd->...td", weights, v), weights
 
 
@@ -200,7 +246,7 @@ def attention_einsum(q, k, v, mask=None):
     scores = torch.einsum("...td,...sd->...ts", q, k) * q.shape[-1] ** -0.5
     if mask is not None:
         scores = scores.masked_fill(~mask.bool(), -1e9)
-    weights = S.softmax(scores, dim=-1)
+    weights = softmax(scores, dim=-1)
     return torch.einsum("...ts,...sd->...td", weights, v), weights
 
 
@@ -234,7 +280,7 @@ def attention_unscaled(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1)
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
-    weights = S.softmax(scores)
+    weights = softmax(scores)
     return weights @ v, weights
 
 
@@ -243,7 +289,7 @@ def attention_by_dk(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / q.shape[-1]
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
-    weights = S.softmax(scores)
+    weights = softmax(scores)
     return weights @ v, weights
 
 
@@ -252,13 +298,13 @@ def attention_softmax_dim2(q, k, v, mask=None):
     scores = _scores(q, k)
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
-    weights = S.softmax(scores, dim=-2)
+    weights = softmax(scores, dim=-2)
     return weights @ v, weights
 
 
 @wrong("attention", "mask_ignored")
 def attention_no_mask(q, k, v, mask=None):
-    weights = S.softmax(_scores(q, k))
+    weights = softmax(_scores(q, k))
     return weights @ v, weights
 
 
@@ -267,13 +313,13 @@ def attention_masked_where_true(q, k, v, mask=None):
     scores = _scores(q, k)
     if mask is not None:
         scores = scores.masked_fill(mask.bool(), -1e9)
-    weights = S.softmax(scores)
+    weights = softmax(scores)
     return weights @ v, weights
 
 
 @wrong("attention", "mask_after_softmax")
 def attention_mask_multiplied(q, k, v, mask=None):
-    weights = S.softmax(_scores(q, k))
+    weights = softmax(_scores(q, k))
     if mask is not None:
         weights = weights * mask
     return weights @ v, weights
@@ -293,7 +339,7 @@ def attention_scores_times_mask(q, k, v, mask=None):
     scores = _scores(q, k)
     if mask is not None:
         scores = scores * mask
-    weights = S.softmax(scores)
+    weights = softmax(scores)
     return weights @ v, weights
 
 
@@ -302,7 +348,7 @@ def attention_float32(q, k, v, mask=None):
     scores = (q @ k.transpose(-2, -1)).float() / q.shape[-1] ** 0.5
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
-    weights = S.softmax(scores)
+    weights = softmax(scores)
     return weights @ v.float(), weights
 
 
@@ -311,7 +357,7 @@ def attention_additive_wrong_sign(q, k, v, mask=None):
     scores = _scores(q, k)
     if mask is not None:
         scores = scores + mask * -1e9
-    weights = S.softmax(scores)
+    weights = softmax(scores)
     return weights @ v, weights
 
 
@@ -320,7 +366,7 @@ def attention_weights_first(q, k, v, mask=None):
     scores = _scores(q, k)
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
-    weights = S.softmax(scores)
+    weights = softmax(scores)
     return weights, weights @ v
 
 
@@ -330,7 +376,7 @@ def attention_half_power(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / d_k ** 1 / 2
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
-    weights = S.softmax(scores)
+    weights = softmax(scores)
     return weights @ v, weights
 
 
@@ -375,7 +421,7 @@ class HeadOtherNames(nn.Module):
         self.W_v = nn.Linear(dim, head_dim)
 
     def forward(self, x, mask=None):
-        return S.scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
+        return scaled_dot_product_attention(self.W_q(x), self.W_k(x), self.W_v(x), mask)
 
 
 @wrong("attention_head", "scale_by_dim")
@@ -392,20 +438,20 @@ class HeadScaleDim(_Head):
 @wrong("attention_head", "no_value_projection")
 class HeadNoValue(_Head):
     def forward(self, x, mask=None):
-        return S.scaled_dot_product_attention(self.query(x), self.key(x), x, mask)
+        return scaled_dot_product_attention(self.query(x), self.key(x), x, mask)
 
 
 @wrong("attention_head", "qk_swapped")
 class HeadKQ(_Head):
     def forward(self, x, mask=None):
         q, k, v = self.query(x), self.key(x), self.value(x)
-        return S.scaled_dot_product_attention(k, q, v, mask)
+        return scaled_dot_product_attention(k, q, v, mask)
 
 
 @wrong("attention_head", "mask_ignored")
 class HeadForgetsMask(_Head):
     def forward(self, x, mask=None):
-        return S.scaled_dot_product_attention(self.query(x), self.key(x), self.value(x))
+        return scaled_dot_product_attention(self.query(x), self.key(x), self.value(x))
 
 
 @wrong("attention_head", ("no_bias", says("have no bias")))
@@ -417,14 +463,14 @@ class HeadNoBias(nn.Module):
         self.value = nn.Linear(dim, head_dim, bias=False)
 
     def forward(self, x, mask=None):
-        return S.scaled_dot_product_attention(self.query(x), self.key(x), self.value(x), mask)
+        return scaled_dot_product_attention(self.query(x), self.key(x), self.value(x), mask)
 
 
 @wrong("attention_head", says("the gradient of the parameter key.weight"))
 class HeadDetachedKeys(_Head):
     def forward(self, x, mask=None):
         k = self.key(x).detach()
-        return S.scaled_dot_product_attention(self.query(x), k, self.value(x), mask)
+        return scaled_dot_product_attention(self.query(x), k, self.value(x), mask)
 
 
 @wrong("attention_head", "nan_fully_masked")
@@ -499,7 +545,7 @@ def attention_transpose_1_2(q, k, v, mask=None):
 @wrong("attention_head", "keys_from_query")
 class HeadKeysFromQuery(_Head):
     def forward(self, x, mask=None):
-        return S.scaled_dot_product_attention(self.query(x), self.query(x), self.value(x), mask)
+        return scaled_dot_product_attention(self.query(x), self.query(x), self.value(x), mask)
 
 
 @wrong("softmax", "min_subtraction")
@@ -645,7 +691,7 @@ class HeadFunctionalLinear(nn.Module):
         q = F.linear(x, self.query.weight, self.query.bias)
         k = F.linear(x, self.key.weight, self.key.bias)
         v = F.linear(x, self.value.weight, self.value.bias)
-        return S.scaled_dot_product_attention(q, k, v, mask)
+        return scaled_dot_product_attention(q, k, v, mask)
 
 
 def _head_class(forward):
@@ -729,7 +775,7 @@ wrong_list("attention_head", [
 
 
 @wrong("attention_head", says("frozen"))
-class HeadFrozenKey(S.AttentionHead):
+class HeadFrozenKey(AttentionHead):
     def __init__(self, dim, head_dim):
         super().__init__(dim, head_dim)
         self.key.weight.requires_grad_(False)
@@ -743,7 +789,7 @@ def attention_mixes_the_keys(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
     if mask is not None:
         scores = scores.masked_fill(mask == 0, -1e9)
-    weights = S.softmax(scores, dim=-1)
+    weights = softmax(scores, dim=-1)
     return weights @ k, weights
 
 
@@ -752,4 +798,4 @@ class HeadValuesFromKeyLayer(_Head):
     def forward(self, x, mask=None):
         q, k = self.query(x), self.key(x)
         v = self.key(x)                                   # copy-paste of the line above
-        return S.scaled_dot_product_attention(q, k, v, mask)
+        return scaled_dot_product_attention(q, k, v, mask)

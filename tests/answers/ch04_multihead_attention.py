@@ -3,7 +3,7 @@
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
 hand as students write them, not with the catalogue's builders; the building blocks they use are the
-course's solutions (solutions.py) or the code the notebooks give (given.py).
+course's solutions (each question's @solution) or the code the notebooks give (given.py).
 """
 import math
 
@@ -12,9 +12,72 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from . import solutions as S
-from .bank import right, says, variant, wrong, wrong_list
+from .ch03_attention import scaled_dot_product_attention
+from .given import AttentionHead
+from .given import MultiHeadAttention as GivenMultiHeadAttention
+from .bank import right, says, solution, solution_value, variant, wrong, wrong_list
 from .ch03_attention import HeadNoHelper, HeadRawParameters
+
+
+# ###################################################################################################
+# the solutions, as the answer cells of the solutions notebook write them
+# (tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer holds them equal)
+@solution("q5")
+class MultiHeadAttention(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, dropout=0.0):
+        super().__init__()
+        self.emb_size, self.num_heads = emb_size, num_heads
+        self.qkv = nn.Linear(emb_size, emb_size * 3)     # queries, keys, values of all heads
+        self.att_drop = nn.Dropout(dropout)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None):
+        # x: (B, N, emb_size)
+        qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
+        queries, keys, values = qkv[0], qkv[1], qkv[2]                  # each (B, h, N, d)
+        energy = torch.einsum("bhqd, bhkd -> bhqk", queries, keys)      # (B, h, N, N)
+        if mask is not None:
+            energy = energy.masked_fill(mask == 0, -1e9)
+        scaling = (self.emb_size // self.num_heads) ** 0.5
+        att = F.softmax(energy / scaling, dim=-1)                       # (B, h, N, N)
+        att = self.att_drop(att)
+        # Q5. Fill in the blanks of einsum: sum up over the third axis,
+        # then rearrange the heads back into one vector per token: fill in the strings
+        # einsum_output and merge_heads.
+        ### BEGIN SOLUTION
+        einsum_output = "bhav"
+        merge_heads = "b h n d -> b n (h d)"
+        ### END SOLUTION
+        out = torch.einsum("bhal, bhlv -> " + einsum_output, att, values)   # (B, h, N, d)
+        out = rearrange(out, merge_heads)                                   # (B, N, h*d)
+        out = self.projection(out)                                      # (B, N, emb_size)
+        return out
+
+
+@solution("mha_loop")
+class MultiHeadAttentionLoop(nn.Module):
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        head_dim = emb_size // num_heads
+        self.heads = nn.ModuleList([AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, mask=None, return_attention=False):
+        # x: (B, N, emb_size)
+        ### BEGIN SOLUTION
+        outputs, weights = [], []
+        for head in self.heads:
+            out, w = head(x, mask)                  # (B, N, head_dim), (B, N, N)
+            outputs.append(out)
+            weights.append(w)
+        out = self.projection(torch.cat(outputs, dim=-1))   # (B, N, emb_size)
+        weights = torch.stack(weights, dim=1)               # (B, num_heads, N, N)
+        ### END SOLUTION
+        return (out, weights) if return_attention else out
+
+
+heads_param_factor = solution_value("concept_heads_params", 1)
+
 
 # ####################################################################################################
 # variants: other correct formulations
@@ -92,7 +155,7 @@ class MHAPermute(nn.Module):
 class LoopStack(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
-        self.heads = nn.ModuleList(S.AttentionHead(emb_size, emb_size // num_heads) for _ in range(num_heads))
+        self.heads = nn.ModuleList(AttentionHead(emb_size, emb_size // num_heads) for _ in range(num_heads))
         self.projection = nn.Linear(emb_size, emb_size)
 
     def forward(self, x, mask=None, return_attention=False):
@@ -373,7 +436,7 @@ class _Loop(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
         head_dim = emb_size // num_heads
-        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.heads = nn.ModuleList([AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
         self.projection = nn.Linear(emb_size, emb_size)
 
 
@@ -536,7 +599,7 @@ class LoopReversedNoMask(_LoopWrong):
 class LoopFloat32(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
-        self.heads = nn.ModuleList([S.AttentionHead(emb_size, emb_size // num_heads) for _ in range(num_heads)])
+        self.heads = nn.ModuleList([AttentionHead(emb_size, emb_size // num_heads) for _ in range(num_heads)])
         self.projection = nn.Linear(emb_size, emb_size)
 
     def forward(self, x, mask=None, return_attention=False):
@@ -707,7 +770,7 @@ class LoopExplicit(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
         head_dim = emb_size // num_heads
-        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.heads = nn.ModuleList([AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
         self.projection = nn.Linear(emb_size, emb_size)
 
     def forward(self, x, mask=None, return_attention=False):
@@ -742,7 +805,7 @@ def _loop(combine="cat", stack=1, pass_mask=True, project=True, detach=False, re
         def __init__(self, emb_size, num_heads):
             super().__init__()
             head_dim = emb_size // num_heads
-            self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+            self.heads = nn.ModuleList([AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
             self.projection = nn.Linear(emb_size, emb_size)
 
         def forward(self, x, mask=None, return_attention=False):
@@ -789,7 +852,7 @@ wrong_list("mha_loop", [
 class LoopMean2(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
-        self.heads = nn.ModuleList([S.AttentionHead(emb_size, emb_size // num_heads) for _ in range(num_heads)])
+        self.heads = nn.ModuleList([AttentionHead(emb_size, emb_size // num_heads) for _ in range(num_heads)])
         self.projection = nn.Linear(emb_size // num_heads, emb_size)
 
     def forward(self, x, mask=None, return_attention=False):
@@ -830,7 +893,7 @@ class _HeadKeysAsValues(nn.Module):
 
     def forward(self, x, mask=None):
         k = self.key(x)
-        return S.scaled_dot_product_attention(self.query(x), k, k, mask)
+        return scaled_dot_product_attention(self.query(x), k, k, mask)
 
 
 @wrong(LOOP, "values_from_keys")
@@ -851,7 +914,7 @@ class LoopProjectionPerHeadSummed(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
         head_dim = emb_size // num_heads
-        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.heads = nn.ModuleList([AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
         self.projections = nn.ModuleList([nn.Linear(head_dim, emb_size) for _ in range(num_heads)])
 
     def forward(self, x, mask=None, return_attention=False):
@@ -868,7 +931,7 @@ class LoopSharedSmallProjection(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
         head_dim = emb_size // num_heads
-        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.heads = nn.ModuleList([AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
         self.projection = nn.Linear(head_dim, head_dim)
 
     def forward(self, x, mask=None, return_attention=False):
@@ -886,7 +949,7 @@ class LoopProjectionInsideEachHead(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
         head_dim = emb_size // num_heads
-        self.heads = nn.ModuleList([S.AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
+        self.heads = nn.ModuleList([AttentionHead(emb_size, head_dim) for _ in range(num_heads)])
         self.out_proj = nn.ModuleList([nn.Linear(head_dim, head_dim) for _ in range(num_heads)])
 
     def forward(self, x, mask=None, return_attention=False):
@@ -922,6 +985,6 @@ class LoopReturnsListOfMaps(_Loop):
 
 
 @wrong("q5", ("returns_a_tuple", says("tensor alone")))
-class MHAAlwaysWithWeights(S.MultiHeadAttention):
+class MHAAlwaysWithWeights(GivenMultiHeadAttention):
     def forward(self, x, mask=None, return_attention=True):          # the weights by default
         return super().forward(x, mask, return_attention=return_attention)

@@ -3,7 +3,7 @@
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
 hand as students write them, not with the catalogue's builders; the building blocks they use are the
-course's solutions (solutions.py) or the code the notebooks give (given.py).
+course's solutions (each question's @solution) or the code the notebooks give (given.py).
 """
 from collections import OrderedDict
 
@@ -12,9 +12,100 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import solutions as S
-from .bank import lacks, right, says, variant, wrong, wrong_rows
+from .given import MultiHeadAttention
+from .bank import lacks, right, says, solution, solution_value, variant, wrong, wrong_rows
 from .ch04_multihead_attention import MHAHeadMajorLayout, MHASeparate
+
+
+# ###################################################################################################
+# the solutions, as the answer cells of the solutions notebook write them
+# (tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer holds them equal)
+@solution("q6")
+class ResidualAdd(nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x, **kwargs):
+        # Q6. Return the residual sum of x and self.fn(x).
+        ### BEGIN SOLUTION
+        return x + self.fn(x, **kwargs)
+        ### END SOLUTION
+
+
+@solution("q7")
+class FeedForwardBlock(nn.Sequential):
+    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
+        hidden = hidden_dim or expansion * emb_size  # the hidden width: hidden_dim if given, else expansion * emb_size
+        # Q7. Fill in the input and output sizes of the two linear layers.
+        ### BEGIN SOLUTION
+        expand = nn.Linear(emb_size, hidden)
+        shrink = nn.Linear(hidden, emb_size)
+        ### END SOLUTION
+        super().__init__(expand, nn.GELU(), nn.Dropout(drop_p), shrink)
+
+
+@solution("q7b")
+class TransformerEncoderBlock(nn.Sequential):
+    def __init__(self, emb_size=768, num_heads=8, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0,
+                 mlp_dim=None):
+        # Q7b. Build the two residual sub-layers: LayerNorm -> attention -> Dropout, and
+        # LayerNorm -> feed-forward -> Dropout, each wrapped in ResidualAdd.
+        ### BEGIN SOLUTION
+        attention_sublayer = ResidualAdd(nn.Sequential(
+            nn.LayerNorm(emb_size),
+            MultiHeadAttention(emb_size, num_heads),
+            nn.Dropout(drop_p),
+        ))
+        mlp_sublayer = ResidualAdd(nn.Sequential(
+            nn.LayerNorm(emb_size),
+            FeedForwardBlock(emb_size, forward_expansion, forward_drop_p, hidden_dim=mlp_dim),
+            nn.Dropout(drop_p),
+        ))
+        ### END SOLUTION
+        super().__init__(attention_sublayer, mlp_sublayer)
+
+
+@solution("layernorm")
+class LayerNorm(nn.Module):
+    def __init__(self, dim, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x):
+        # x: (..., dim)
+        ### BEGIN SOLUTION
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        ### END SOLUTION
+
+
+@solution("post_ln_block")
+class PostLNEncoderBlock(nn.Module):
+    def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
+        super().__init__()
+        self.attn = MultiHeadAttention(emb_size, num_heads)
+        self.norm1 = nn.LayerNorm(emb_size)
+        self.mlp = FeedForwardBlock(emb_size, expansion=forward_expansion)
+        self.norm2 = nn.LayerNorm(emb_size)
+
+    def forward(self, x):
+        # x: (B, N, emb_size)
+        ### BEGIN SOLUTION
+        x = self.norm1(x + self.attn(x))
+        x = self.norm2(x + self.mlp(x))
+        return x
+        ### END SOLUTION
+
+
+mlp_to_attention = solution_value("concept_mlp_share", 2.0)
+
+
+warmup_option = solution_value("concept_warmup", 2)
+
 
 # ####################################################################################################
 # variants: other correct formulations
@@ -88,10 +179,10 @@ class EncoderBlockModule(nn.Module):
 class EncoderBlockHeadMajor(nn.Sequential):
     def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, **kwargs):
         super().__init__(
-            S.ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), MHAHeadMajorLayout(emb_size, **kwargs),
+            ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), MHAHeadMajorLayout(emb_size, **kwargs),
                                         nn.Dropout(drop_p))),
-            S.ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size),
-                                        S.FeedForwardBlock(emb_size, forward_expansion, forward_drop_p),
+            ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size),
+                                        FeedForwardBlock(emb_size, forward_expansion, forward_drop_p),
                                         nn.Dropout(drop_p))),
         )
 
@@ -157,9 +248,9 @@ class LayerNormOtherNames(nn.Module):
 
 # ####################################################################################################
 # realistic answers
-# The building blocks these answers use: the course's solutions (chapter 4's MultiHeadAttention, not the
-# class chapter 5's notebook gives, which has the same fused qkv layout; ResidualAdd, FeedForwardBlock).
-MHA, FFN, Residual = S.MultiHeadAttention, S.FeedForwardBlock, S.ResidualAdd
+# The building blocks these answers use: the MultiHeadAttention chapter 5's notebook gives (given.py) and
+# the chapter's solutions (ResidualAdd, FeedForwardBlock).
+MHA, FFN, Residual = MultiHeadAttention, FeedForwardBlock, ResidualAdd
 
 
 def getPositionEncoding(seq_len, d, n=10000):
@@ -586,7 +677,7 @@ wrong_rows([
     ("post_ln_block", _post(lambda s, x: (lambda h: h + s.mlp(h))(_post_first(s, x))), "missing_second_norm"),
     ("post_ln_block", _post(lambda s, x: (lambda h: (lambda g: g + s.mlp(g))(s.norm2(h)))(
         (lambda n: n + s.attn(n))(s.norm1(x)))), "norm_then_residual"),
-    ("post_ln_block", _post(lambda s, x: S.PostLNEncoderBlock.forward(s, x).float()),
+    ("post_ln_block", _post(lambda s, x: PostLNEncoderBlock.forward(s, x).float()),
      says("float32 although the inputs")),
 ])
 
@@ -598,7 +689,7 @@ class PostFrozenNorm(_Post):
         self.norm2.requires_grad_(False)
 
     def forward(self, x):
-        return S.PostLNEncoderBlock.forward(self, x)
+        return PostLNEncoderBlock.forward(self, x)
 
 
 @right("q7")
@@ -649,9 +740,9 @@ class _Branch(nn.Module):
 class BlockNoResidualAroundMlp(nn.Sequential):
     def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, **kwargs):
         super().__init__(
-            S.ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), S.MultiHeadAttention(emb_size, **kwargs),
+            ResidualAdd(nn.Sequential(nn.LayerNorm(emb_size), MultiHeadAttention(emb_size, **kwargs),
                                         nn.Dropout(drop_p))),
-            _Branch(nn.LayerNorm(emb_size), S.FeedForwardBlock(emb_size, forward_expansion, forward_drop_p),
+            _Branch(nn.LayerNorm(emb_size), FeedForwardBlock(emb_size, forward_expansion, forward_drop_p),
                     nn.Dropout(drop_p)),
         )
 
@@ -660,9 +751,9 @@ class _BlockModule(nn.Module):
     def __init__(self, emb_size=768, drop_p=0.0, forward_expansion=4, forward_drop_p=0.0, num_heads=8):
         super().__init__()
         self.norm1 = nn.LayerNorm(emb_size)
-        self.attn = S.MultiHeadAttention(emb_size, num_heads)
+        self.attn = MultiHeadAttention(emb_size, num_heads)
         self.norm2 = nn.LayerNorm(emb_size)
-        self.mlp = S.FeedForwardBlock(emb_size, forward_expansion, forward_drop_p)
+        self.mlp = FeedForwardBlock(emb_size, forward_expansion, forward_drop_p)
         self.drop = nn.Dropout(drop_p)
 
 
@@ -742,7 +833,7 @@ class _ReluFFN(nn.Sequential):
 class PostWithReluMlp(nn.Module):
     def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
         super().__init__()
-        self.attn = S.MultiHeadAttention(emb_size, num_heads)
+        self.attn = MultiHeadAttention(emb_size, num_heads)
         self.norm1 = nn.LayerNorm(emb_size)
         self.mlp = _ReluFFN(emb_size, expansion=forward_expansion)
         self.norm2 = nn.LayerNorm(emb_size)
@@ -756,7 +847,7 @@ class PostWithReluMlp(nn.Module):
 class PostFunctionalRelu(nn.Module):
     def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
         super().__init__()
-        self.attn = S.MultiHeadAttention(emb_size, num_heads)
+        self.attn = MultiHeadAttention(emb_size, num_heads)
         self.norm1 = nn.LayerNorm(emb_size)
         self.fc1 = nn.Linear(emb_size, forward_expansion * emb_size)
         self.fc2 = nn.Linear(forward_expansion * emb_size, emb_size)
@@ -845,9 +936,9 @@ class PostNormsByPosition(nn.Module):
 
     def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
         super().__init__()
-        self.attn = S.MultiHeadAttention(emb_size, num_heads)
+        self.attn = MultiHeadAttention(emb_size, num_heads)
         self.norm1 = nn.LayerNorm(emb_size)
-        self.mlp = S.FeedForwardBlock(emb_size, expansion=forward_expansion)
+        self.mlp = FeedForwardBlock(emb_size, expansion=forward_expansion)
         self.norm2 = nn.LayerNorm(emb_size)
 
     def forward(self, x):

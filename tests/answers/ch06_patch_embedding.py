@@ -3,7 +3,7 @@
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
 hand as students write them, not with the catalogue's builders; the building blocks they use are the
-course's solutions (solutions.py) or the code the notebooks give (given.py).
+course's solutions (each question's @solution) or the code the notebooks give (given.py).
 """
 
 import numpy as np
@@ -12,17 +12,101 @@ from einops import rearrange, repeat
 from einops.layers.torch import Rearrange
 from torch import nn
 
-from . import solutions as S
-from .bank import right, says, variant, wrong, wrong_rows
+from .bank import right, says, solution, solution_value, variant, wrong, wrong_rows
+from .ch02_positional_encoding import getPositionEncoding as chapter2_getPositionEncoding
 from .ch02_positional_encoding import pe_torch
 from .ch05_blocks import getPositionEncoding
+
+
+# ###################################################################################################
+# the solutions, as the answer cells of the solutions notebook write them
+# (tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer holds them equal)
+@solution("q2")
+class PatchEmbedding(nn.Module):
+    def __init__(self, in_channels=3, patch_size=16, emb_size=768):
+        super().__init__()
+        self.patch_size = patch_size
+        # Q2. Break the image into s1 x s2 patches and flatten them, then project to emb_size:
+        # fill in output_axes (a string), in_features and out_features.
+        ### BEGIN SOLUTION
+        output_axes = "b (h w) (s1 s2 c)"
+        in_features, out_features = patch_size * patch_size * in_channels, emb_size
+        ### END SOLUTION
+        self.projection = nn.Sequential(
+            Rearrange("b c (h s1) (w s2) -> " + output_axes, s1=patch_size, s2=patch_size),
+            nn.Linear(in_features, out_features),
+        )
+
+    def forward(self, x):
+        return self.projection(x)  # (B, N, emb_size)
+
+
+PatchEmbeddingQ2 = PatchEmbedding  # the next step builds on this version
+
+
+@solution("q3")
+class PatchEmbedding(PatchEmbeddingQ2):   # extends your Q2 class
+    def __init__(self, in_channels=3, patch_size=16, emb_size=768):
+        super().__init__(in_channels, patch_size, emb_size)
+        self.cls_token = nn.Parameter(torch.randn(1, 1, emb_size))
+
+    def forward(self, x):
+        b = x.shape[0]
+        x = self.projection(x)                                 # (B, N, emb_size)
+        # Q3. Fill in pattern (a string): repeat the class token once per image of the batch.
+        ### BEGIN SOLUTION
+        pattern = "() n e -> b n e"
+        ### END SOLUTION
+        cls_tokens = repeat(self.cls_token, pattern, b=b)      # (B, 1, emb_size)
+        x = torch.cat([cls_tokens, x], dim=1)                  # (B, N + 1, emb_size)
+        return x
+
+
+PatchEmbeddingQ3 = PatchEmbedding  # the next step builds on this version
+
+
+@solution("q4")
+class PatchEmbedding(PatchEmbeddingQ3):   # extends your Q3 class
+    def __init__(self, in_channels=3, patch_size=16, emb_size=768, img_size=224):
+        super().__init__(in_channels, patch_size, emb_size)
+        num_patches = (img_size // patch_size) ** 2
+        self.learnable_positions = nn.Parameter(torch.randn(num_patches + 1, emb_size))
+        # Q4. Define the positional embedding with getPositionEncoding.
+        ### BEGIN SOLUTION
+        table = getPositionEncoding(seq_len=num_patches + 1, d=emb_size)
+        ### END SOLUTION
+        self.register_buffer("sinusoids_positions", torch.from_numpy(table).float())  # (N + 1, emb_size)
+
+    def forward(self, x):
+        x = super().forward(x)                                 # (B, N + 1, emb_size)
+        return x + self.sinusoids_positions
+
+
+@solution("conv_patch_embedding")
+class ConvPatchEmbedding(nn.Module):
+    def __init__(self, in_channels, patch_size, emb_size):
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.proj = nn.Conv2d(in_channels, emb_size, kernel_size=patch_size, stride=patch_size)
+        ### END SOLUTION
+
+    def forward(self, images):
+        # images (B, C, H, W) -> tokens (B, N, emb_size)
+        ### BEGIN SOLUTION
+        grid = self.proj(images)                        # (B, emb_size, H/P, W/P)
+        return rearrange(grid, "b e h w -> b (h w) e")  # (B, N, emb_size)
+        ### END SOLUTION
+
+
+position_rows = solution_value("concept_position_rows", 197)
+
 
 # ####################################################################################################
 # variants: other correct formulations
 # ----------------------------------------------------------------- q2, q3, q4
 @variant("q2")
 @variant("q3")
-class PatchEmbeddingQ3(nn.Module):
+class PatchEmbeddingClsExpand(nn.Module):
     """The earlier notebook version: no img_size, no positions; expand instead of repeat."""
 
     def __init__(self, in_channels=3, patch_size=16, emb_size=768):
@@ -58,7 +142,7 @@ class PatchEmbeddingBuffer(nn.Module):
 
 
 @variant("q3")
-class PatchEmbeddingLearned(S.PatchEmbedding):
+class PatchEmbeddingLearned(PatchEmbedding):
     """Q3 only checks the class token: learned positions are fine there."""
 
     def forward(self, x):
@@ -322,7 +406,7 @@ wrong_rows([
     ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(getPositionEncoding(e, n + 1)).float().T),
      "swapped_arguments"),
     # with chapter 2's own loop version (an odd width leaves the last column 0), the transposed table fits
-    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(S.getPositionEncoding(e, n + 1)).float().T),
+    ("q4", _q4(table=lambda self, n, e, p: torch.from_numpy(chapter2_getPositionEncoding(e, n + 1)).float().T),
      says("the table of positions")),
     ("q4", _q4(add=lambda self, x: x + self.learnable_positions + self.sinusoids_positions), "both_positions"),
     ("q4", _q4(add=_cls_without_position), "cls_without_position"),

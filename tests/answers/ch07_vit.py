@@ -3,7 +3,7 @@
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
 hand as students write them, not with the catalogue's builders; the building blocks they use are the
-course's solutions (solutions.py) or the code the notebooks give (given.py).
+course's solutions (each question's @solution) or the code the notebooks give (given.py).
 """
 import math
 
@@ -14,9 +14,72 @@ from einops import rearrange, repeat
 from einops.layers.torch import Rearrange
 from torch import nn
 
-from . import solutions as S
-from .bank import right, says, variant, wrong
+from .ch06_patch_embedding import ConvPatchEmbedding
+from .bank import right, says, solution, solution_value, variant, wrong
 from .given import TransformerEncoderBlock
+
+
+# ###################################################################################################
+# the solutions, as the answer cells of the solutions notebook write them
+# (tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer holds them equal)
+@solution("vit_forward")
+class ViT(nn.Module):
+    def __init__(self, img_size=32, patch_size=4, in_channels=3, num_classes=10,
+                 dim=128, depth=6, num_heads=4, mlp_dim=512):
+        super().__init__()
+        num_patches = (img_size // patch_size) ** 2
+        self.patch_embed = nn.Sequential(                   # (B, C, H, W) -> (B, N, dim)
+            nn.Conv2d(in_channels, dim, kernel_size=patch_size, stride=patch_size),
+            Rearrange("b d gh gw -> b (gh gw) d"),
+        )
+        self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
+        self.blocks = nn.ModuleList([
+            TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim) for _ in range(depth)
+        ])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, num_classes)
+
+    def forward(self, x, return_attention=False):
+        # x: (B, C, H, W)
+        ### BEGIN SOLUTION
+        tokens = self.patch_embed(x)                                         # (B, N, dim)
+        cls = self.cls_token.expand(x.shape[0], -1, -1)                      # (B, 1, dim)
+        tokens = torch.cat([cls, tokens], dim=1) + self.pos_embed            # (B, N + 1, dim)
+        attentions = []
+        for block in self.blocks:
+            tokens, weights = block(tokens, return_attention=True)           # weights (B, h, N+1, N+1)
+            attentions.append(weights)
+        logits = self.head(self.norm(tokens)[:, 0])                          # (B, num_classes)
+        ### END SOLUTION
+        return (logits, attentions) if return_attention else logits
+
+
+@solution("cross_entropy")
+def cross_entropy(logits, targets):
+    """logits (B, C), targets (B,) integers in [0, C) -> mean loss (a 0-dim tensor)."""
+    ### BEGIN SOLUTION
+    shifted = logits - logits.amax(dim=-1, keepdim=True)                         # (B, C)
+    log_probs = shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))
+    return -log_probs[torch.arange(logits.shape[0]), targets].mean()
+    ### END SOLUTION
+
+
+@solution("label_smoothing")
+def smoothed_cross_entropy(logits, targets, smoothing=0.1):
+    """logits (B, C), targets (B,) integers in [0, C) -> mean smoothed loss (a 0-dim tensor)."""
+    B, C = logits.shape
+    ### BEGIN SOLUTION
+    shifted = logits - logits.amax(dim=-1, keepdim=True)
+    log_probs = shifted - torch.log(torch.exp(shifted).sum(dim=-1, keepdim=True))   # (B, C)
+    q = torch.full_like(log_probs, smoothing / C)                                   # the smoothed targets
+    q[torch.arange(B), targets] += 1 - smoothing
+    return -(q * log_probs).sum(dim=-1).mean()
+    ### END SOLUTION
+
+
+initial_loss = solution_value("concept_initial_loss", 2.3)
+
 
 # ####################################################################################################
 # variants: other correct formulations
@@ -28,7 +91,7 @@ class ViTOtherStyle(nn.Module):
     def __init__(self, img_size=32, patch_size=4, in_channels=3, num_classes=10, dim=128, depth=6, num_heads=4,
                  mlp_dim=512):
         super().__init__()
-        self.patch_embed = S.ConvPatchEmbedding(in_channels, patch_size, dim)
+        self.patch_embed = ConvPatchEmbedding(in_channels, patch_size, dim)
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
         self.pos_embed = nn.Parameter(torch.zeros(1, (img_size // patch_size) ** 2 + 1, dim))
         self.blocks = nn.ModuleList(_BlockSeparate(dim, num_heads, mlp_dim) for _ in range(depth))

@@ -3,7 +3,7 @@
 Variants, realistic right answers and realistic wrong answers, each with how the check must
 name it (the schema: tests/answers/bank.py; the test: tests/test_answer_banks.py). Written by
 hand as students write them, not with the catalogue's builders; the building blocks they use are the
-course's solutions (solutions.py) or the code the notebooks give (given.py).
+course's solutions (each question's @solution) or the code the notebooks give (given.py).
 """
 import math
 
@@ -13,10 +13,97 @@ import torch.nn.functional as F
 from einops import rearrange
 from torch import nn
 
-from .bank import bank, right, says, variant, wrong
+from .bank import bank, right, says, solution, solution_value, variant, wrong
 from .ch04_multihead_attention import MHASeparate
 from .ch05_blocks import FFNModule
 from .given import FeedForwardBlock, MultiHeadAttention
+
+
+# ###################################################################################################
+# the solutions, as the answer cells of the solutions notebook write them
+# (tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer holds them equal)
+@solution("causal_mask")
+def causal_mask(T):
+    """(T, T) bool, True where query t may attend key s (s <= t)."""
+    ### BEGIN SOLUTION
+    return torch.ones(T, T, dtype=torch.bool).tril()
+    ### END SOLUTION
+
+
+@solution("cross_attention")
+class CrossAttention(nn.Module):
+    def __init__(self, emb_size, num_heads, context_dim=None):
+        super().__init__()
+        self.num_heads = num_heads
+        context_dim = context_dim or emb_size
+        self.query = nn.Linear(emb_size, emb_size)
+        self.key_value = nn.Linear(context_dim, 2 * emb_size)
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, context, mask=None, return_attention=False):
+        # x: (B, T, emb_size), context: (B, S, context_dim)
+        ### BEGIN SOLUTION
+        q = rearrange(self.query(x), "b t (h d) -> b h t d", h=self.num_heads)          # (B, h, T, d)
+        k, v = rearrange(self.key_value(context), "b s (kv h d) -> kv b h s d",
+                         kv=2, h=self.num_heads)                                     # (B, h, S, d)
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5                         # (B, h, T, S)
+        if mask is not None:
+            scores = scores.masked_fill(mask == 0, -1e9)
+        weights = scores.softmax(dim=-1)
+        out = rearrange(weights @ v, "b h t d -> b t (h d)")                           # (B, T, emb_size)
+        out = self.projection(out)
+        ### END SOLUTION
+        return (out, weights) if return_attention else out
+
+
+@solution("decoder_block")
+class DecoderBlock(nn.Module):
+    def __init__(self, dim, num_heads, mlp_dim, context_dim=None):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(dim)
+        self.self_attn = MultiHeadAttention(dim, num_heads)
+        self.norm2 = nn.LayerNorm(dim)
+        self.cross_attn = CrossAttention(dim, num_heads, context_dim)
+        self.norm3 = nn.LayerNorm(dim)
+        self.mlp = FeedForwardBlock(dim, hidden_dim=mlp_dim)
+
+    def forward(self, x, context, self_mask=None):
+        # x: (B, T, dim), context: (B, S, context_dim); self_mask: None or "causal"
+        causal = isinstance(self_mask, str) and self_mask == "causal"
+        ### BEGIN SOLUTION
+        x = x + self.self_attn(self.norm1(x), causal=causal)
+        x = x + self.cross_attn(self.norm2(x), context)
+        x = x + self.mlp(self.norm3(x))
+        return x
+        ### END SOLUTION
+
+
+@solution("kv_cache")
+class CachedSelfAttention(nn.Module):
+    def __init__(self, emb_size, num_heads):
+        super().__init__()
+        self.num_heads = num_heads
+        self.qkv = nn.Linear(emb_size, 3 * emb_size)          # laid out (qkv h d), as in MultiHeadAttention
+        self.projection = nn.Linear(emb_size, emb_size)
+
+    def forward(self, x, cache=None):
+        # x: (B, T, emb_size), the T newest tokens; cache: None or (keys, values), each (B, h, S, d)
+        q, k, v = rearrange(self.qkv(x), "b t (qkv h d) -> qkv b h t d", qkv=3, h=self.num_heads)  # (B, h, T, d)
+        ### BEGIN SOLUTION
+        if cache is not None:
+            k = torch.cat([cache[0], k], dim=2)                                # (B, h, S + T, d)
+            v = torch.cat([cache[1], v], dim=2)
+        T, total = q.shape[2], k.shape[2]
+        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5                  # (B, h, T, S + T)
+        allowed = torch.ones(T, total, dtype=torch.bool, device=x.device).tril(total - T)
+        scores = scores.masked_fill(~allowed, -1e9)
+        merged = rearrange(scores.softmax(dim=-1) @ v, "b h t d -> b t (h d)")  # (B, T, emb_size)
+        ### END SOLUTION
+        return self.projection(merged), (k, v)
+
+
+keys_without_cache = solution_value("concept_decoding_work", 55)
+
 
 # ####################################################################################################
 # variants: other correct formulations

@@ -24,6 +24,7 @@ import autograder
 
 from autograder.judging.scan import MAX_LITERAL_CHARS, MAX_LITERAL_NUMBERS, embedded_data, flags
 from autograder.student.cells import code_cells, code_only
+from answers.submission import submission_source
 
 import grading_students as S
 
@@ -142,16 +143,19 @@ def test_weights_in_identifiers_or_in_letters_only_comment_words_are_held_for_re
 
 
 def test_the_limits_keep_a_wide_margin_over_the_courses_own_code():
-    """Every notebook of solutions/ and exercises/ and every answer file of tests/answers holds at
-    most a third of each limit (measured: 6,400 characters, 310 number literals), the book's
-    chapters (not submissions) at most two thirds."""
+    """Every notebook of solutions/ and exercises/, the whole submission written from the answer banks
+    (every solution) and the notebooks' given code hold at most a third of each limit (measured: 6,400
+    characters, 310 number literals); the book's chapters and the banks of tests/answers (not
+    submissions: a chapter file holds dozens of answers to its questions) at most two thirds."""
     repo = Path(__file__).resolve().parents[2]
+    answers = repo / "tests" / "answers"
     submissions = [code_cells(p.read_bytes())[0] for p in sorted(repo.glob("solutions/*/*.ipynb"))
                    + sorted(repo.glob("exercises/*/*.ipynb"))]
-    submissions += [[p.read_text()] for p in sorted((repo / "tests" / "answers").glob("*.py"))]
-    chapters = [code_cells(p.read_bytes())[0] for p in sorted(repo.glob("book/*.ipynb"))]
-    assert len(submissions) >= 2 * 9 + 6 and len(chapters) >= 8
-    for cells_of, share in ((submissions, 1 / 3), (chapters, 2 / 3)):
+    submissions += [[submission_source()], [(answers / "given.py").read_text()]]
+    collections = [code_cells(p.read_bytes())[0] for p in sorted(repo.glob("book/*.ipynb"))]
+    collections += [[p.read_text()] for p in sorted(answers.glob("ch[0-9][0-9]_*.py"))]
+    assert len(submissions) >= 2 * 9 + 2 and len(collections) >= 8 + 8
+    for cells_of, share in ((submissions, 1 / 3), (collections, 2 / 3)):
         chars, numbers = zip(*(embedded_data(cells) for cells in cells_of))
         assert max(chars) <= share * MAX_LITERAL_CHARS and max(numbers) <= share * MAX_LITERAL_NUMBERS, \
             (max(chars), max(numbers))

@@ -30,6 +30,7 @@ from autograder.judging.judge import judge
 from autograder.questions import inputs
 from autograder.student import probe as P
 from tests.answers import solutions as S
+from tests.answers.bank import solution_of
 
 
 def _question(qid):
@@ -60,7 +61,7 @@ def _verdict(qid, data):
 
 @pytest.mark.parametrize("qid", ["softmax", "q2", "q3", "q4", "conv_patch_embedding", "attention_head", "q5"])
 def test_the_solutions_keep_full_marks(qid):
-    result = autograder.check(qid, S.ANSWERS[qid])
+    result = autograder.check(qid, solution_of(qid))
     assert result.passed and result.score == result.max_score, result.feedback
 
 

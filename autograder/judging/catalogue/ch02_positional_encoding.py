@@ -3,6 +3,7 @@ from __future__ import annotations
 
 
 import numpy as np
+import torch
 
 import vitref
 
@@ -161,3 +162,56 @@ _NAMED_TABLES = ("(n = 10000)", "(n = 100)", "(2i/(2d) in the exponent)", "(2i/(
 
 add('q1', references=_reference,
     catalogue=[*Q1_MISTAKES, *table_mistakes("table", _NAMED_TABLES), *TABLE, *PROPERTIES, *RECIPE_SAYS])
+
+
+# --------------------------------------------------------------------------- apply_rope (rotary position embedding)
+
+def _rope(halves=False, sine_sign=1, exponent=2, start=0):
+    """A wrong apply_rope written as a student writes it: ``halves`` pairs feature i with i + D/2,
+    ``sine_sign=-1`` rotates the other way, ``exponent`` 1 gives base^(-i/D), ``start`` 1 counts
+    positions from 1."""
+    def build(parts):
+        def apply_rope(x, base=10000):
+            seq_len, width = x.shape[-2], x.shape[-1]
+            positions = torch.arange(start, seq_len + start, dtype=torch.float64)[:, None]      # (T, 1)
+            pair = torch.arange(width // 2, dtype=torch.float64)[None, :]                        # (1, D/2)
+            angles = positions * float(base) ** (-exponent * pair / width)                       # (T, D/2)
+            cos, sin = torch.cos(angles).to(x.dtype), sine_sign * torch.sin(angles).to(x.dtype)
+            first, second = ((x[..., :width // 2], x[..., width // 2:]) if halves
+                             else (x[..., 0::2], x[..., 1::2]))
+            new_first, new_second = first * cos - second * sin, first * sin + second * cos
+            if halves:
+                return torch.cat((new_first, new_second), dim=-1)
+            return torch.stack((new_first, new_second), dim=-1).flatten(-2)                      # (..., T, D)
+        return apply_rope
+    return build
+
+
+ROPE_MISTAKES = [
+    Mistake("rope_halves", "features paired as (i, i + D/2), the rotate-half layout of GPT-NeoX",
+            "This exercise follows RoFormer: pair i is the neighbouring features (2i, 2i+1), x[..., 0::2] and "
+            "x[..., 1::2]. Pairing feature i with i + D/2 (rotate_half, GPT-NeoX and Hugging Face's LLaMA) is a "
+            "different convention: as good for a model trained with it, but it rotates other pairs of numbers.",
+            _rope(halves=True),
+            ask="Which two features of a token does your code rotate together: neighbours, or features half the "
+                "width apart?"),
+    Mistake("rope_sine_sign", "each pair rotated the other way (the sign of the sine swapped)",
+            "Rotate by +angle: new x_2i = x_2i cos - x_2i+1 sin and new x_2i+1 = x_2i sin + x_2i+1 cos.",
+            _rope(sine_sign=-1),
+            ask="Which way does your code turn each pair: where does the minus sign of the rotation go?"),
+    Mistake("rope_exponent_i_over_d", "angle t * base^(-i/D) instead of t * base^(-2i/D)",
+            "Pair i turns at the frequency base^(-2i/D): i counts pairs, so its exponent is 2i/D.",
+            _rope(exponent=1),
+            ask="Pair i covers features 2i and 2i+1: which exponent of the base gives its frequency?"),
+    Mistake("rope_positions_from_one", "positions counted from 1",
+            "Token t sits at position t from 0: the first token's angle is 0 and it is left as it is.",
+            _rope(start=1),
+            ask="What does your function do to the first token, at position 0?"),
+    Mistake("rope_exponent_doubled_twice", "angle t * base^(-4i/D): the pair index doubled twice",
+            "i already counts pairs: the exponent is 2i/D, not 2(2i)/D (that is for the feature index 2i).",
+            _rope(exponent=4),
+            ask="Is i in your exponent the index of a pair or of a feature?"),
+]
+
+add('apply_rope', references=lambda: [vitref.apply_rope],
+    catalogue=[*ROPE_MISTAKES, *PROPERTIES, *RECIPE_SAYS])

@@ -62,7 +62,7 @@ NOT_GIVEN = "the model is not the given FashionViT"
 
 
 # The exercise's given model, character for character the notebook's locked "given" cell (and
-# tests/answers/solutions.py): the grader evaluates the student's parameters with this forward.
+# tests/answers/given.py): the grader evaluates the student's parameters with this forward.
 class FashionViT(nn.Module):
     """A small ViT for Fashion-MNIST: uint8 images (B, 1, 28, 28) -> logits (B, 10).
 
