@@ -126,6 +126,15 @@ def test_odd_d_model_for_sinusoidal_encoding():
         vitref.sinusoidal_encoding(4, 5)
 
 
+def test_odd_width_and_bad_shapes_for_apply_rope():
+    with pytest.raises(ValueError, match=mentions(7, text=["even", "D"])):
+        vitref.apply_rope(torch.zeros(2, 3, 7))
+    with pytest.raises(ValueError, match=mentions(text=["shape", "T, D"])):
+        vitref.apply_rope(torch.zeros(6))
+    with pytest.raises(ValueError, match=mentions(0, text=["base"])):
+        vitref.apply_rope(torch.zeros(2, 3, 4), base=0)
+
+
 # ---------------------------------------------------------------- attention shapes
 
 def test_query_key_dim_mismatch():
