@@ -174,6 +174,12 @@ def publish(folder, vit: ViT, info: dict, images: torch.Tensor, labels: torch.Te
     folder = Path(folder)
     sizes = write_explorer_assets(folder, vit, info["mean"], info["std"], images, labels, info["classes"])
     difference = export_difference(vit, info["mean"], info["std"], folder / MODEL_FILE, images.float() / 255)
+    return checked_or_removed(folder, sizes, difference, tolerance)
+
+
+def checked_or_removed(folder: Path, sizes: dict, difference: dict, tolerance: float) -> dict:
+    """``dict(sizes, difference)`` when every difference between onnxruntime and vitref is within
+    ``tolerance``; otherwise the explorer's files are removed and ``ValueError`` says by how much."""
     if not max(difference.values()) <= tolerance:
         _remove(folder, sizes)
         raise ValueError(f"onnxruntime's outputs differ from vitref's by {difference}, more than {tolerance}: "

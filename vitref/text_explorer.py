@@ -27,7 +27,7 @@ from torch import nn
 
 from .attention import causal_mask, scaled_dot_product_attention
 from .charlm import CharTokenizer
-from .explorer import (ALL_FILES, CHAR_DATA_FILE, CHAR_MODEL_FILE, _export, _largest_differences, _remove,
+from .explorer import (ALL_FILES, CHAR_DATA_FILE, CHAR_MODEL_FILE, _export, _largest_differences, checked_or_removed,
                        _run_onnx, _write_within_budget, page_html)
 from .generation import DecoderOnlyLM
 from .kvcache import CachedSelfAttention
@@ -131,11 +131,7 @@ def publish_char(folder, model: DecoderOnlyLM, tokenizer: CharTokenizer, check_t
     sizes = _write_within_budget(folder, CHAR_MODEL_FILE, CHAR_DATA_FILE, data, ALL_FILES)
     sequences = [tokenizer.encode(text) for text in check_texts]
     difference = char_export_difference(model, folder / CHAR_MODEL_FILE, sequences)
-    if not max(difference.values()) <= tolerance:
-        _remove(folder, sizes)
-        raise ValueError(f"onnxruntime's outputs differ from vitref's by {difference}, more than {tolerance}: "
-                         "the explorer's files were removed")
-    return dict(sizes=sizes, difference=difference)
+    return checked_or_removed(folder, sizes, difference, tolerance)
 
 
 # The explorer's markup in chapter 8: the script, served beside it, fills it in.
