@@ -367,16 +367,7 @@ def vit_diagram(narrow: bool = False) -> Figure:
         c.arrow((x, 0.75), (x, proj.bottom[1]), lw=0.9)
     # tokens, each plus its row of the position table
     ty, py = 2.45, 3.15
-    for k, x in enumerate(token_x):
-        c.box(x, ty, pw, 0.38, "CLS" if k == 0 else "", "attention" if k == 0 else "embed", fontsize=SMALL,
-              rounded=False)
-        c.text(x, (ty + py) / 2 - 0.01, "+", fontsize=FONT)
-        c.box(x, py, pw, 0.3, str(k), "norm", fontsize=SMALL, rounded=False)
-        if k:
-            c.arrow((x, proj.top[1]), (x, ty - 0.19), lw=0.9)
-    c.text(cls_x, ty - 0.28, "learned\nclass token", fontsize=SMALL, color=SHAPE, va="top")
-    c.text(left - 0.12, ty, "tokens", fontsize=SMALL, ha="right", color=SHAPE)
-    c.text(left - 0.12, py, "+ positions\nE_pos", fontsize=SMALL, ha="right", color=SHAPE)
+    _token_rows(c, token_x, pw, ty, py, proj.top[1])
     enc = c.box((left + right) / 2, 4.1, right - left, 0.7, "", "attention")
     c.text(enc.cx, enc.cy + 0.12, "Transformer encoder: L pre-LN blocks", fontsize=FONT, weight="bold")
     c.text(enc.cx, enc.cy - 0.17, "(LayerNorm, attention, +, LayerNorm, MLP, +)", fontsize=SMALL)
@@ -399,6 +390,22 @@ def vit_diagram(narrow: bool = False) -> Figure:
     return c.figure
 
 
+def _token_rows(c: Canvas, token_x: list, pw: float, ty: float, py: float, projection_top: float) -> None:
+    """The ViT's token row (the class token first) at height ``ty``, each plus its row of the position
+    table at ``py``, the patch tokens fed by the projection's top edge."""
+    for k, x in enumerate(token_x):
+        c.box(x, ty, pw, 0.38, "CLS" if k == 0 else "", "attention" if k == 0 else "embed", fontsize=SMALL,
+              rounded=False)
+        c.text(x, (ty + py) / 2 - 0.01, "+", fontsize=FONT)
+        c.box(x, py, pw, 0.3, str(k), "norm", fontsize=SMALL, rounded=False)
+        if k:
+            c.arrow((x, projection_top), (x, ty - 0.19), lw=0.9)
+    left = token_x[0] - pw / 2
+    c.text(token_x[0], ty - 0.28, "learned\nclass token", fontsize=SMALL, color=SHAPE, va="top")
+    c.text(left - 0.12, ty, "tokens", fontsize=SMALL, ha="right", color=SHAPE)
+    c.text(left - 0.12, py, "+ positions\nE_pos", fontsize=SMALL, ha="right", color=SHAPE)
+
+
 def _vit_narrow() -> Figure:
     """:func:`vit_diagram` for a phone's column: a 2 x 2 grid of patches, the long labels wrapped."""
     c = Canvas(4.5, 7.0)
@@ -419,16 +426,7 @@ def _vit_narrow() -> Figure:
     for x in patch_x:
         c.arrow((x, 0.75), (x, proj.bottom[1]), lw=0.9)
     ty, py = 2.65, 3.35
-    for k, x in enumerate(token_x):
-        c.box(x, ty, pw, 0.38, "CLS" if k == 0 else "", "attention" if k == 0 else "embed", fontsize=SMALL,
-              rounded=False)
-        c.text(x, (ty + py) / 2 - 0.01, "+", fontsize=FONT)
-        c.box(x, py, pw, 0.3, str(k), "norm", fontsize=SMALL, rounded=False)
-        if k:
-            c.arrow((x, proj.top[1]), (x, ty - 0.19), lw=0.9)
-    c.text(cls_x, ty - 0.28, "learned\nclass token", fontsize=SMALL, color=SHAPE, va="top")
-    c.text(left - 0.12, ty, "tokens", fontsize=SMALL, ha="right", color=SHAPE)
-    c.text(left - 0.12, py, "+ positions\nE_pos", fontsize=SMALL, ha="right", color=SHAPE)
+    _token_rows(c, token_x, pw, ty, py, proj.top[1])
     enc = c.box(2.25, 4.5, 4.3, 0.85, "", "attention")
     c.text(enc.cx, enc.cy + 0.2, "Transformer encoder: L pre-LN blocks", fontsize=FONT, weight="bold")
     c.text(enc.cx, enc.cy - 0.18, "(LayerNorm, attention, +,\nLayerNorm, MLP, +)", fontsize=SMALL)
