@@ -45,52 +45,30 @@ def _transposed(parts):
     return getPositionEncoding
 
 
-def _sin_only(parts):
-    def getPositionEncoding(seq_len, d, n=10000):
-        P = np.zeros((seq_len, d))
-        for k in range(seq_len):
-            for i in np.arange(int(d / 2)):
-                denominator = np.power(n, 2 * i / d)
-                P[k, 2 * i] = np.sin(k / denominator)
-                P[k, 2 * i + 1] = np.sin(k / denominator)
-        return P
-    return getPositionEncoding
+def _loop_table(entries):
+    """A wrong table written as the skeleton's two loops, each pair ``i`` of row ``k`` setting the
+    ``(column, value)`` pairs ``entries(k, i, d, n, seq_len)`` gives, in that order."""
+    def build(parts):
+        def getPositionEncoding(seq_len, d, n=10000):
+            P = np.zeros((seq_len, d))
+            for k in range(seq_len):
+                for i in np.arange(int(d / 2)):
+                    for column, value in entries(k, i, d, n, seq_len):
+                        P[k, column] = value
+            return P
+        return getPositionEncoding
+    return build
 
 
-def _index_i(parts):
-    def getPositionEncoding(seq_len, d, n=10000):
-        P = np.zeros((seq_len, d))
-        for k in range(seq_len):
-            for i in np.arange(int(d / 2)):
-                denominator = np.power(n, 2 * i / d)
-                P[k, i] = np.sin(k / denominator)
-                P[k, i + 1] = np.cos(k / denominator)
-        return P
-    return getPositionEncoding
+def _sin_cos(k, denominator, even, odd, second=np.cos):
+    return [(even, np.sin(k / denominator)), (odd, second(k / denominator))]
 
 
-def _sin_before_division(parts):
-    def getPositionEncoding(seq_len, d, n=10000):
-        P = np.zeros((seq_len, d))
-        for k in range(seq_len):
-            for i in np.arange(int(d / 2)):
-                denominator = np.power(n, 2 * i / d)
-                P[k, 2 * i] = np.sin(k) / denominator
-                P[k, 2 * i + 1] = np.cos(k) / denominator
-        return P
-    return getPositionEncoding
-
-
-def _exponent_seq_len(parts):
-    def getPositionEncoding(seq_len, d, n=10000):
-        P = np.zeros((seq_len, d))
-        for k in range(seq_len):
-            for i in np.arange(int(d / 2)):
-                denominator = np.power(n, 2 * i / seq_len)
-                P[k, 2 * i] = np.sin(k / denominator)
-                P[k, 2 * i + 1] = np.cos(k / denominator)
-        return P
-    return getPositionEncoding
+_sin_only = _loop_table(lambda k, i, d, n, L: _sin_cos(k, np.power(n, 2 * i / d), 2 * i, 2 * i + 1, np.sin))
+_index_i = _loop_table(lambda k, i, d, n, L: _sin_cos(k, np.power(n, 2 * i / d), i, i + 1))
+_exponent_seq_len = _loop_table(lambda k, i, d, n, L: _sin_cos(k, np.power(n, 2 * i / L), 2 * i, 2 * i + 1))
+_sin_before_division = _loop_table(lambda k, i, d, n, L: [(2 * i, np.sin(k) / np.power(n, 2 * i / d)),
+                                                          (2 * i + 1, np.cos(k) / np.power(n, 2 * i / d))])
 
 
 def _precedence(k, i, d, n, col):
