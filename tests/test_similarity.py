@@ -170,6 +170,18 @@ def test_an_answer_many_students_share_proposes_no_pair():
     assert len(pairs_of(dict(list(class_.items())[:2]))) == 1  # the same answer in two notebooks: a pair
 
 
+def test_a_pair_shows_only_the_cells_it_shares_with_few_others():
+    """A copied answer and an answer the whole class wrote alike: the pair is the copy, and only the
+    copied cell is shown as its evidence (the common one is how the class writes it)."""
+    rng = random.Random(5)
+    popular = long_answer(rng, name="common")
+    class_ = {f"s{i}": [long_answer(rng), popular] for i in range(8)}
+    class_["copier"] = [class_["s0"][0], popular]
+    found = S.similar_pairs("a", [submission(s, cells, S.Skeleton()) for s, cells in class_.items()])
+    assert [(p.student_a, p.student_b) for p in found] == [("copier", "s0")]
+    assert found[0].questions == ["cell 1"], found[0].questions
+
+
 def test_the_proposals_grow_linearly_with_the_class():
     """Every student shares a long answer with a few others (groups of 3): the proposed pairs are
     those of the groups, never all pairs."""

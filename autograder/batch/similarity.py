@@ -417,7 +417,8 @@ def similar_pairs(assignment: str, submissions: list[Submission], keep: frozense
     table = Frequencies(prints)
     totals = [table.weight(p) for p in prints]
     pairs = []
-    for (i, j), rare in candidates(prints, table.rare(rare_cap(len(prints)))).items():
+    rare_prints = table.rare(rare_cap(len(prints)))
+    for (i, j), rare in candidates(prints, rare_prints).items():
         if rare < MIN_RARE:
             continue
         shared = table.weight(np.intersect1d(prints[i], prints[j], assume_unique=True))
@@ -425,7 +426,7 @@ def similar_pairs(assignment: str, submissions: list[Submission], keep: frozense
         if shared >= MIN_EVIDENCE and score >= threshold:
             a, b = sorted((submissions[i], submissions[j]), key=lambda s: s.student)
             pairs.append(Pair(assignment, a.student, b.student, round(min(score, 1.0), 3), round(shared, 1),
-                              _matches(a, b, table, keep)))
+                              _matches(a, b, table, keep, rare_prints)))
     return sorted(pairs, key=lambda p: (-p.score, p.student_a, p.student_b))
 
 
@@ -445,14 +446,16 @@ def _spans(source: str, positions: np.ndarray, keep: frozenset) -> list[tuple[in
     return spans
 
 
-def _matches(a: Submission, b: Submission, table: Frequencies, keep: frozenset) -> list[Match]:
-    """The long cells of ``a`` and ``b`` that share fingerprints, the heaviest first."""
+def _matches(a: Submission, b: Submission, table: Frequencies, keep: frozenset, rare: np.ndarray) -> list[Match]:
+    """The long cells of ``a`` and ``b`` that share a ``rare`` fingerprint, the heaviest first: a cell
+    whose shared text most of the class also has (the class's usual answer) is not evidence of
+    this pair, and is not shown as if it were."""
     out = []
     for cell_a in (c for c in a.cells if c.long):
         for cell_b in (c for c in b.cells if c.long):
             common = np.intersect1d(cell_a.hashes, cell_b.hashes)
             weight = table.weight(common)
-            if weight <= 0:
+            if weight <= 0 or not np.isin(common, rare).any():
                 continue
             spans_a = _spans(cell_a.source, cell_a.positions[np.isin(cell_a.hashes, common)], keep)
             spans_b = _spans(cell_b.source, cell_b.positions[np.isin(cell_b.hashes, common)], keep)

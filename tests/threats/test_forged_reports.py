@@ -31,6 +31,7 @@ from autograder.questions import inputs
 from autograder.student import probe as P
 from tests.answers import solutions as S
 from tests.answers.bank import solution_of
+from tests.answers.submission import write_submission
 
 
 def _question(qid):
@@ -407,6 +408,7 @@ def test_a_submission_that_patches_the_probe_scores_zero(tmp_path):
     for qid in ("q3", "q4"):
         assert results[qid].score == 0, results[qid].feedback
         assert "the gradient of the parameter cls_token" in results[qid].feedback, results[qid].feedback
-    honest = {r.id: r for r in check_file(S.__file__, ["softmax", "q3", "q4", "attention_head"])}
+    whole = write_submission(tmp_path / "solutions.py")        # every solution, from the banks
+    honest = {r.id: r for r in check_file(whole, ["softmax", "q3", "q4", "attention_head"])}
     assert all(r.passed and r.score == r.max_score for r in honest.values()), \
         [r.feedback for r in honest.values() if not r.passed]
