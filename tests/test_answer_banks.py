@@ -25,7 +25,8 @@ import pytest
 
 import autograder
 from autograder.judging.catalogue import entry
-from answers.bank import HERE, MIN_WRONG, Says, answer_name, chapter_file, load, named, solution_of, solutions
+from answers.bank import (HERE, MIN_WRONG, Says, answer_name, chapter_file, fast_sample, load, named, solution_of,
+                          solutions)
 from answers.submission import submission_source, write_submission
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -123,7 +124,7 @@ def test_correct_answer_passes(qid, answer):
     assert result.score == result.max_score
 
 
-@pytest.mark.parametrize("qid, answer, expected", WRONG, ids=_ids(WRONG))
+@pytest.mark.parametrize("qid, answer, expected", fast_sample(WRONG), ids=_ids(WRONG))
 def test_wrong_answer_is_rejected_and_named(qid, answer, expected):
     result = autograder.check(qid, answer)
     assert not result.passed, f"{qid}: a wrong answer ({expected}) passed: {result.feedback}"
@@ -268,6 +269,7 @@ def _written_code(answer) -> str | None:
     return ast.dump(node)
 
 
+@pytest.mark.slow      # 8 s: every pair of every bank's answers, parsed and compared
 def test_no_two_bank_answers_of_a_question_have_the_same_code():
     """An answer in a bank twice (under two names) is checked twice and counted twice."""
     seen: dict = {}

@@ -24,9 +24,12 @@ answers (the exceptions, with their reasons, are listed there).
 from __future__ import annotations
 
 import importlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 HERE = Path(__file__).resolve().parent
 MIN_WRONG = 6
@@ -212,3 +215,20 @@ def variants() -> dict[str, list]:
 def right_answers() -> list[tuple[str, Any]]:
     """(qid, answer) for every variant and realistic right answer of every bank."""
     return [(qid, a) for qid, b in load().items() for a in [*b.variants, *b.right]]
+
+
+# The fast loop (`make test-fast`) checks this many answers or mistakes of each question; `make test`
+# checks every one (the others are marked slow). Each check costs about 0.1 s and the banks hold ~400
+# wrong answers and the catalogues ~320 mistakes: all of them would double the fast loop.
+FAST_PER_QUESTION = 3
+
+
+def fast_sample(rows: list[tuple], per_question: int = FAST_PER_QUESTION) -> list:
+    """``rows`` (tuples whose first item is a question id) as pytest parameters: the first
+    ``per_question`` of each question as they are, the others marked slow."""
+    seen: Counter = Counter()
+    params = []
+    for row in rows:
+        seen[row[0]] += 1
+        params.append(pytest.param(*row, marks=() if seen[row[0]] <= per_question else pytest.mark.slow))
+    return params
