@@ -70,10 +70,10 @@ def test_publish_refuses_images_that_are_not_uint8(tmp_path):
 
 def test_the_page_loads_its_script_from_the_site_only():
     html = explorer.explorer_html()
-    assert '<script src="../_static/explorer/explorer.js">' in html and 'aria-live="polite"' in html
-    assert html.index('src="../_static/explorer/common.js"') < html.index("explorer.js\"")
+    assert '<script src="../_static/explorer/vit-explorer.js">' in html and 'aria-live="polite"' in html
+    assert html.index('src="../_static/explorer/common.js"') < html.index("vit-explorer.js\"")
     with pytest.raises(ValueError, match="site itself"):
-        explorer.explorer_html("https://cdn.example.org/explorer.js")
+        explorer.explorer_html("https://cdn.example.org/vit-explorer.js")
 
 
 def test_files_over_the_budget_are_removed_and_refused(tmp_path):

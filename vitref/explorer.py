@@ -14,7 +14,7 @@ writes what it needs and checks the export:
   book's extension (``book/_ext/accessible_book.py``) copies into the site beside onnxruntime-web.
 
 The rollout the page draws is :func:`vitref.viz.attention_rollout`, re-implemented in
-``book/_ext/static/explorer/explorer.js``; the JSON carries Python's rollout of the first image so
+``book/_ext/static/explorer/vit-explorer.js``; the JSON carries Python's rollout of the first image so
 the browser test can compare the two.
 """
 from __future__ import annotations
@@ -188,7 +188,7 @@ def checked_or_removed(folder: Path, sizes: dict, difference: dict, tolerance: f
 
 
 # The explorer's markup in the page (07b displays it): the script, served beside it, fills it in.
-# `script` is the page's relative path to _static/explorer/explorer.js.
+# `script` is the page's relative path to _static/explorer/vit-explorer.js.
 EXPLORER_HTML = """
 <section id="vit-explorer" class="vit-explorer" aria-label="Live ViT explorer">
   <p id="vit-explorer-status">Loading the live model (onnxruntime-web, served with this page)...</p>
@@ -246,7 +246,7 @@ def page_html(template: str, script: str) -> str:
     return template.replace("{common}", common).replace("{script}", script)
 
 
-def explorer_html(script: str = "../_static/explorer/explorer.js") -> str:
+def explorer_html(script: str = "../_static/explorer/vit-explorer.js") -> str:
     """The explorer's HTML for the page, loading its script from ``script`` (a same-site path)."""
     return page_html(EXPLORER_HTML, script)
 

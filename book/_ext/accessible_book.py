@@ -15,7 +15,7 @@ templates in book/_templates/.
 It also serves the live ViT of chapter 7 (07b, ``vitref.explorer``) from the site itself: after
 the build, the model and images the chapter wrote into ``_build/explorer/`` and onnxruntime-web's
 single-threaded WebAssembly build (npm, package-lock.json) are copied into ``_static/explorer/``,
-beside the page's script (``static/explorer/explorer.js``). Chapter 8's character GPT
+beside the page's script (``static/explorer/vit-explorer.js``). Chapter 8's character GPT
 (``vitref.text_explorer``, ``text-explorer.js``) is served the same way; the code both share is
 ``common.js``. Nothing is loaded from a CDN.
 """

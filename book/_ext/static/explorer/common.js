@@ -1,4 +1,4 @@
-// What the book's live explorers share (chapter 7's ViT, explorer.js; chapter 8's character GPT,
+// What the book's live explorers share (chapter 7's ViT, vit-explorer.js; chapter 8's character GPT,
 // text-explorer.js): loading onnxruntime-web and a model from the scripts' own folder, the failure
 // sentence, the softmax and the greyscale-readable colour scale. Loaded before either script, it
 // defines window.vitrefExplorers; nothing is fetched from another site.
