@@ -403,7 +403,7 @@ def rope_feature_index_doubled(x, base=10000):
                        dim=-1).flatten(-2)
 
 
-@wrong("apply_rope", says("rotated"))
+@wrong("apply_rope", "rope_written_as_halves")
 def rope_pairs_written_as_halves(x, base=10000):
     """Reads the interleaved pairs but writes the rotated ones back as two halves."""
     T, D = x.shape[-2], x.shape[-1]
@@ -412,7 +412,7 @@ def rope_pairs_written_as_halves(x, base=10000):
     return torch.cat([even * angles.cos() - odd * angles.sin(), even * angles.sin() + odd * angles.cos()], dim=-1)
 
 
-@wrong("apply_rope", says("rotated"))
+@wrong("apply_rope", "rope_angles_tiled")
 def rope_cos_tiled(x, base=10000):
     """GPT-J's rotate-every-two with cos and sin tiled ([c0, c1, ..., c0, c1, ...]) instead of repeated per pair."""
     T, D = x.shape[-2], x.shape[-1]
@@ -431,7 +431,7 @@ def rope_always_float32(x, base=10000):
                        dim=-1).flatten(-2)
 
 
-@wrong("apply_rope", says("rotated"))
+@wrong("apply_rope", "rope_positions_wrong_axis")
 def rope_positions_from_axis_one(x, base=10000):
     """Written for (B, T, D): the positions are read from axis 1, the heads' axis of (B, H, T, D)."""
     T, D = x.shape[1], x.shape[-1]

@@ -144,25 +144,39 @@ add('q1', references=_reference,
 
 # --------------------------------------------------------------------------- apply_rope (rotary position embedding)
 
-def _rope(halves=False, sine_sign=1, exponent=2, start=0):
+def _rope(halves=False, sine_sign=1, exponent=2, start=0, write_halves=False, tiled=False, positions_axis=-2):
     """A wrong apply_rope written as a student writes it: ``halves`` pairs feature i with i + D/2,
     ``sine_sign=-1`` rotates the other way, ``exponent`` 1 gives base^(-i/D), ``start`` 1 counts
-    positions from 1."""
+    positions from 1, ``write_halves`` reads the neighbouring pairs but writes them back as two
+    halves, ``tiled`` gives feature j the angle of pair j mod D/2, ``positions_axis`` counts the
+    positions along another axis."""
     def build(parts):
         def apply_rope(x, base=10000):
-            seq_len, width = x.shape[-2], x.shape[-1]
+            seq_len, width = x.shape[positions_axis], x.shape[-1]
             positions = torch.arange(start, seq_len + start, dtype=torch.float64)[:, None]      # (T, 1)
             pair = torch.arange(width // 2, dtype=torch.float64)[None, :]                        # (1, D/2)
             angles = positions * float(base) ** (-exponent * pair / width)                       # (T, D/2)
+            if tiled:        # feature 2i gets the angle of pair (2i mod D/2), feature 2i+1 of (2i+1 mod D/2)
+                angles = angles.repeat(1, 2).reshape(seq_len, width // 2, 2)                      # (T, D/2, 2)
+                return _rotate_pairs(x, angles[..., 0], angles[..., 1], sine_sign)
             cos, sin = torch.cos(angles).to(x.dtype), sine_sign * torch.sin(angles).to(x.dtype)
             first, second = ((x[..., :width // 2], x[..., width // 2:]) if halves
                              else (x[..., 0::2], x[..., 1::2]))
             new_first, new_second = first * cos - second * sin, first * sin + second * cos
-            if halves:
+            if halves or write_halves:
                 return torch.cat((new_first, new_second), dim=-1)
             return torch.stack((new_first, new_second), dim=-1).flatten(-2)                      # (..., T, D)
         return apply_rope
     return build
+
+
+def _rotate_pairs(x, even_angles, odd_angles, sine_sign=1):
+    """GPT-J's rotate-every-two, out = x cos + rot(x) sin, with its own angle for every feature:
+    (T, D/2) each for the even and the odd features."""
+    even, odd = x[..., 0::2], x[..., 1::2]                                                        # (..., T, D/2)
+    new_even = even * torch.cos(even_angles).to(x.dtype) - odd * sine_sign * torch.sin(even_angles).to(x.dtype)
+    new_odd = odd * torch.cos(odd_angles).to(x.dtype) + even * sine_sign * torch.sin(odd_angles).to(x.dtype)
+    return torch.stack((new_even, new_odd), dim=-1).flatten(-2)                                  # (..., T, D)
 
 
 ROPE_MISTAKES = [
@@ -189,6 +203,22 @@ ROPE_MISTAKES = [
             "i already counts pairs: the exponent is 2i/D, not 2(2i)/D (that is for the feature index 2i).",
             _rope(exponent=4),
             ask="Is i in your exponent the index of a pair or of a feature?"),
+    Mistake("rope_written_as_halves", "the rotated pairs written back as two halves, not in their places",
+            "Read and write the same places: the rotated pair i goes back to features 2i and 2i+1 (stack the two "
+            "rotated parts on a last axis and flatten it), not all first numbers then all second numbers.",
+            _rope(write_halves=True),
+            ask="After your code rotates pair i, at which two positions of the output do its two numbers land?"),
+    Mistake("rope_angles_tiled", "the angles tiled across the width ([a0, a1, ..., a0, a1, ...]) instead of one "
+            "per pair ([a0, a0, a1, a1, ...])",
+            "Features 2i and 2i+1 are one pair and turn by the same angle: repeat each angle twice in a row "
+            "(repeat_interleave(2, dim=-1)), not the whole row of angles twice (repeat).",
+            _rope(tiled=True),
+            ask="Which angle does your code give feature 1: the same as feature 0's, since they form one pair?"),
+    Mistake("rope_positions_wrong_axis", "the positions counted along axis 1 instead of the token axis (-2)",
+            "The tokens are the second-to-last axis of (..., T, D): take T from x.shape[-2], which is right for "
+            "(T, D), (B, T, D) and (B, H, T, D) alike.",
+            _rope(positions_axis=1),
+            ask="For queries of shape (B, H, T, D), which axis does your code take the number of positions from?"),
 ]
 
 add('apply_rope', references=lambda: [vitref.apply_rope],
