@@ -8,6 +8,7 @@ about.
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -61,7 +62,10 @@ def entry_value(qid: str):
 
 
 def concept(qid, compute, mistakes):
-    add(qid, references=lambda: [compute()], catalogue=mistakes, verdict=value_verdict)
+    """Register a conceptual question whose expected value ``compute()`` works out with vitref
+    (once: the value depends on nothing a submission sends)."""
+    value = functools.cache(compute)
+    add(qid, references=lambda: [value()], catalogue=mistakes, verdict=value_verdict)
 
 
 # ------------------------------------------------------------------ 01 tokens
