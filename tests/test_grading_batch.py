@@ -85,12 +85,12 @@ def test_batch_odd_folders_rerun_changes_and_force(tmp_path):
     import nbformat
     graded = nbformat.read(root / "autograded" / "renamed" / A / f"{A}.ipynb", 4)
     submitted = nbformat.read(root / "submitted" / "renamed" / A / "my work.ipynb", 4)
-    from autograder.batch.formgrader import HIDDEN
+    from autograder.batch.sources import HIDDEN_TESTS
     # (the submitted solution notebook still has the hidden tests: never shown in feedback)
     from autograder.batch.sanitize import markdown_cell_source
     # markdown is stored rendered and cleaned (tests/threats/test_sanitised_markdown.py)
     assert [c.source for c in graded.cells] == [markdown_cell_source(c.source) if c.cell_type == "markdown"
-                                                else HIDDEN.sub("", c.source) for c in submitted.cells]
+                                                else HIDDEN_TESTS.sub("", c.source) for c in submitted.cells]
     assert "HIDDEN TESTS" in "".join(c.source for c in submitted.cells)
     test_cells = [c for c in graded.cells if c.cell_type == "code" and c.metadata.get("nbgrader", {}).get("grade")]
     assert len(test_cells) == len(QUESTIONS_A)                      # one test cell per question

@@ -40,10 +40,10 @@ import shutil
 from pathlib import Path
 
 from autograder.batch import sanitize, text
+from autograder.batch.sources import HIDDEN_TESTS
 from autograder.batch.tasks import Refused, read_notebook
 from autograder.judging import preflight
 
-HIDDEN = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.DOTALL)
 _ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
@@ -157,7 +157,7 @@ class _NotebookBuilder:
         known = isinstance(name, str) and name in self.trusted and name not in self.seen_grade_ids \
             and self.trusted[name]["cell_type"] == kind
         if known and name in self.grade_cells:
-            text = HIDDEN.sub("", text)       # never show the source's hidden tests
+            text = HIDDEN_TESTS.sub("", text)       # never show the source's hidden tests
         if kind == "code":
             new = self.new_code_cell(text, id=self.fresh_id(cell.get("id")))
         elif kind == "markdown":
@@ -184,7 +184,7 @@ class _NotebookBuilder:
             return new
         if cell.cell_type != "code":
             return None
-        visible = HIDDEN.sub("", self.trusted.get(name, {}).get("source", "")).rstrip() + "\n"
+        visible = HIDDEN_TESTS.sub("", self.trusted.get(name, {}).get("source", "")).rstrip() + "\n"
         note = "# (this test cell was missing from the submitted notebook)\n" if any_cells else ""
         new = self.new_code_cell(note + visible, id=self.fresh_id(name.replace("_", "-")))
         new.metadata["nbgrader"] = self.metadata_for(name, "code")

@@ -78,6 +78,7 @@ def _worker(slot: int, conn, options: dict) -> None:
     _cap_memory(JUDGE_MEMORY_MB)
     # this job's secret: every run of every submission draws its inputs from a salt derived from it
     inputs = RunInputs(None if options.get("public_inputs") else secrets.token_bytes(32))
+    sources = options.get("sources") or {}
     try:
         conn.send(("ready", slot, None))
         while True:
@@ -89,7 +90,7 @@ def _worker(slot: int, conn, options: dict) -> None:
                 break
             task = Task(**item)
             try:
-                result = grade_task(task, zygote, limits, inputs)
+                result = grade_task(task, zygote, limits, inputs, sources.get(task.assignment))
             except Exception as error:  # noqa: BLE001 - a grader bug: this submission's error result, the job goes on
                 import sys
                 import traceback

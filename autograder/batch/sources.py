@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+#: The instructor's hidden tests in a source notebook's test cell (nbgrader removes them from the release).
+HIDDEN_TESTS = re.compile(r"### BEGIN HIDDEN TESTS.*?### END HIDDEN TESTS\n?", re.DOTALL)
 _GRADE_CALL = re.compile(r"""\b(?:grade|check)\s*\(\s*(?:qid\s*=\s*)?["']([A-Za-z0-9_]+)["']""")
 
 

@@ -5,10 +5,12 @@ came back. Whatever happens (a notebook that is not JSON, too big, an answer tha
 exits or exhausts memory) the result has one row per question: zero and the reason."""
 from __future__ import annotations
 
+import json
 import os
 import time
 
 import autograder
+from autograder.batch.sources import HIDDEN_TESTS
 from autograder.batch.tasks import MAX_NOTEBOOK_MB, Refused, Task, read_notebook
 from autograder.batch.text import clean, clean_result
 from autograder.hosts.driver import run_submission
@@ -58,10 +60,12 @@ class RunInputs:
         return draw
 
 
-def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> dict:
+def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None, source=None) -> dict:
     """Grade one submission (in a worker process): sandboxed run, then judge every question.
     ``inputs``: the job's secret inputs (None: the public ones); each run of the notebook gets
-    its own, and each question is judged on those of the run that probed it."""
+    its own, and each question is judged on those of the run that probed it. ``source``: the
+    assignment's :class:`autograder.batch.sources.Source`, whose test cells, where the
+    submission holds them unchanged, are not run (:func:`instructor_test_cells`)."""
     start = time.monotonic()
     qs = [autograder.question(qid) for qid in task.qids]
     result = {"student": task.student, "assignment": task.assignment, "digest": task.digest,
@@ -95,12 +99,50 @@ def grade_task(task: Task, zygote, limits, inputs: RunInputs | None = None) -> d
     if inputs is None:
         inputs = RunInputs(None)
     outcome = run_submission(zygote, raw, task.qids, limits, name=os.path.basename(task.notebook),
-                             inputs=inputs.for_submission(task.student, task.assignment))
+                             inputs=inputs.for_submission(task.student, task.assignment),
+                             blank=instructor_test_cells(raw, source))
     result["status"] = outcome.status
     result["run_seconds"] = round(outcome.seconds, 3)
     flags = flags_or_hold(cells)       # a scan that fails holds every question for review
     result["flags"] = [f.text() for f in flags]
     return finish([_question_row(q, outcome, cells, flags) for q in qs], outcome.reason)
+
+
+def instructor_test_cells(raw: bytes, source) -> tuple[int, ...]:
+    """The code cells of a submission (0-based among its code cells, as the runner numbers them)
+    that are its assignment's test cells exactly as the instructor wrote them: nbgrader
+    "autograder tests" cells (``grade`` without ``solution``) whose text is the source's, with
+    or without its hidden tests (trailing white space aside). They only call ``grade()``, which
+    does nothing in the sandbox, and nbgrader's own autograde replaces them anyway: not running
+    them changes nothing the student wrote. A test cell the student edited runs, as every other
+    cell; a notebook without nbgrader's metadata (a .py export) runs whole."""
+    tests = _source_tests(source)
+    try:
+        cells = json.loads(raw).get("cells") if tests else None
+    except (ValueError, AttributeError, RecursionError):
+        return ()
+    found, index = [], 0
+    for cell in cells if isinstance(cells, list) else ():
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        meta = cell.get("metadata")
+        meta = meta.get("nbgrader") if isinstance(meta, dict) else None
+        text = cell.get("source", "")
+        text = "".join(str(part) for part in text) if isinstance(text, list) else text
+        if (isinstance(meta, dict) and meta.get("grade") is True and not meta.get("solution")
+                and isinstance(text, str) and text.rstrip() in tests.get(meta.get("grade_id"), ())):
+            found.append(index)
+        index += 1
+    return tuple(found)
+
+
+def _source_tests(source) -> dict[str, set[str]]:
+    """{grade id: the texts of that test cell the instructor wrote (with and without hidden tests)}."""
+    if source is None:
+        return {}
+    graded = {cell.name for cell in source.grade_cells} - set(source.solution_cells)
+    return {cell["name"]: {cell["source"].rstrip(), HIDDEN_TESTS.sub("", cell["source"]).rstrip()}
+            for cell in source.source_cells if cell["name"] in graded and cell["cell_type"] == "code"}
 
 
 def _read_submission(task: Task) -> tuple[bytes, list[str], str | None]:

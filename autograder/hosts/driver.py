@@ -14,6 +14,7 @@ payload probes each in its own fork).
 """
 from __future__ import annotations
 
+import ast
 import hmac
 import secrets
 import time
@@ -22,9 +23,9 @@ from dataclasses import dataclass, field
 from ..judging.preflight import MAX_CELLS
 from ..questions import question
 from ..questions import inputs as recipes
-from ..questions.forbidden import FORBIDDEN
+from ..questions.forbidden import FORBIDDEN, expand
 from ..student import wire
-from ..student.cells import code_only
+from ..student.cells import code_cells, code_only
 from .training import stamp, timed
 
 
@@ -67,14 +68,17 @@ def options_for(timeout: float) -> dict:
     return {"cell_timeout": max(5.0, timeout / 4), "probe_timeout": max(5.0, timeout / 6)}
 
 
-def ban_groups(qids: list[str]) -> list[tuple[tuple[str, ...], list[str]]]:
+def ban_groups(qids: list[str], cells: list[str] | None = None) -> list[tuple[tuple[str, ...], list[str]]]:
     """The questions grouped by what their exercises forbid, in question order: the notebook
     runs once per group, with that group's forbidden functions removed from the start.
 
     A question that forbids nothing does not get a run of its own when another group exists:
-    it rides along with the group that forbids least (each run costs a fresh sandboxed process
-    and every cell again). Its answer is probed there under a ban it does not have;
-    :func:`run_submission` runs it again without any ban when that ban got in its way."""
+    it rides along with a group (each run costs a fresh sandboxed process and every cell again).
+    Its answer is probed there under a ban it does not have; :func:`run_submission` runs it again
+    without any ban when that ban got in its way. So the host is a group whose forbidden names
+    the notebook's ``cells`` do not use where they run at once (a demo line such as
+    ``nn.LayerNorm(8)(x)`` beside the exercise: :func:`names_run_at_once`), then the group that
+    forbids least."""
     groups: dict[tuple[str, ...], list[str]] = {}
     free: list[str] = []
     for qid in qids:
@@ -86,12 +90,58 @@ def ban_groups(qids: list[str]) -> list[tuple[tuple[str, ...], list[str]]]:
     if not groups:
         return [((), free)] if free else []
     if free:
-        def size(ban):
-            return sum(len(FORBIDDEN[key].aten) + len(FORBIDDEN[key].python) for key in ban if key in FORBIDDEN)
+        used = names_run_at_once(cells or [])
 
-        host = min(groups, key=size)
+        def cost(ban):
+            hit = any(FORBIDDEN[key].attrs & used for key in expand(ban))
+            return hit, sum(len(FORBIDDEN[key].aten) + len(FORBIDDEN[key].python) for key in ban if key in FORBIDDEN)
+
+        host = min(groups, key=cost)
         groups[host] = [qid for qid in qids if qid in groups[host] or qid in free]
     return list(groups.items())
+
+
+def names_run_at_once(cells: list[str]) -> set[str]:
+    """The names (``x.attr``'s attr too) a notebook's code uses as its cells run: at top level
+    and in class bodies, and in the bodies of the functions and classes defined there that such
+    code mentions (followed through the notebook's own definitions). A guess for choosing a
+    host group (:func:`ban_groups`), never for a verdict: a cell that does meet a ban still
+    sends its group's free questions to a run without it."""
+    bodies: dict[str, set[str]] = {}
+    used: set[str] = set()
+    for source in cells:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in tree.body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bodies.setdefault(node.name, set()).update(_names(node))
+                if isinstance(node, ast.ClassDef):
+                    used |= _names(node, skip_functions=True)
+            else:
+                used |= _names(node)
+    todo = list(used & set(bodies))
+    while todo:
+        for name in bodies.pop(todo.pop(), set()) - used:
+            used.add(name)
+            if name in bodies:
+                todo.append(name)
+    return used
+
+
+def _names(node, skip_functions: bool = False) -> set[str]:
+    found: set[str] = set()
+    todo = [node]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, ast.Name):
+            found.add(item.id)
+        elif isinstance(item, ast.Attribute):
+            found.add(item.attr)
+        todo += [child for child in ast.iter_child_nodes(item)
+                 if not (skip_functions and isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))]
+    return found
 
 
 def _hindered(outcome: Outcome, qid: str, cells_hit: bool) -> bool:
@@ -117,15 +167,18 @@ def _inputs_per_run(inputs):
     return lambda run, qids: (bytes(inputs), source)
 
 
-def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs=b"") -> Outcome:
+def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs=b"",
+                   blank: tuple[int, ...] = ()) -> Outcome:
     """Run a notebook on ``host`` once per group of :func:`ban_groups` (again without a
     culprit cell if its process dies), all within one budget of ``limits.timeout``; then,
     without any ban, the questions that forbid nothing and were hindered by their group's.
+    ``blank``: code cells (0-based, among code cells) sent empty: the instructor's own test cells
+    (:func:`autograder.batch.submission.instructor_test_cells`).
 
     ``inputs(run, qids) -> (blob, source)`` gives each run (0, 1, ... in order, the re-run
     without ban included) the packed inputs of its questions ``qids`` and the source they were
     drawn from; a crashed run's attempts reuse its inputs."""
-    raw = code_only(raw, name)      # the student's process sees its code, nothing else of the file
+    raw = code_only(raw, name, blank=tuple(blank))    # the student's process sees its code, nothing else of the file
     outcome = Outcome()
     state = {"skip": [], "notes": [], "started": time.monotonic(), "forbidden_in_cells": False}
     # a training question brings its own time (Question.seconds) on top of the submission's budget
@@ -133,7 +186,8 @@ def run_submission(host, raw: bytes, qids: list[str], limits, name: str, inputs=
     state["end"] = state["started"] + float(limits.timeout) + extra
     again: list[str] = []
     draw = _inputs_per_run(inputs)
-    for ban, group in ban_groups(list(qids)):
+    # (raw is code_only's: its cells are already the plain Python the scan read)
+    for ban, group in ban_groups(list(qids), code_cells(raw, name, honor_mark=True)[0]):
         state["forbidden_in_cells"] = False
         _run_group(host, raw, group, list(ban), limits, name, draw, outcome, state)
         if outcome.status == "invalid":

@@ -224,7 +224,7 @@ def read_cells(path, honor_mark: bool = True) -> list[str]:
     raise SubmissionError(f"{path}: expected a notebook (.ipynb) or a Python file (.py)")
 
 
-def code_only(raw: bytes, name: str = "submission.ipynb") -> bytes:
+def code_only(raw: bytes, name: str = "submission.ipynb", blank: tuple[int, ...] = ()) -> bytes:
     """The submission as the student's process receives it: a notebook of its code cells only,
     each already the plain Python the static scan read (:func:`to_python`, marked
     :data:`PLAIN_MARK`, so the student's process neither rewrites them again nor imports IPython).
@@ -232,21 +232,24 @@ def code_only(raw: bytes, name: str = "submission.ipynb") -> bytes:
     nothing the student's code can read in its own notebook file holds more than the code the
     static scan saw (no data set or trained weights hidden in an output or a markdown cell). A
     Python file, or bytes that are not a notebook, are passed on as they are (the runner reports
-    what is wrong with them)."""
+    what is wrong with them). ``blank``: code cells (0-based) sent empty, the instructor's own
+    test cells (:func:`autograder.batch.submission.instructor_test_cells`)."""
     if name.endswith(".py"):
         return raw
     try:
         notebook = _notebook(raw.decode("utf-8"), name)
     except (UnicodeDecodeError, SubmissionError):
         return raw
+    sources = ["" if index in blank else source for index, source in enumerate(_code_sources(notebook))]
     cells = [{"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": source}
-             for source in plain_cells(_code_sources(notebook))]
+             for source in plain_cells(sources)]
     return json.dumps({"cells": cells, "metadata": {PLAIN_MARK: True}, "nbformat": 4, "nbformat_minor": 5}).encode()
 
 
-def code_cells(raw: bytes, name: str = "submission.ipynb") -> tuple[list[str], str]:
+def code_cells(raw: bytes, name: str = "submission.ipynb", honor_mark: bool = False) -> tuple[list[str], str]:
     """(code cells as plain Python, problem) of a submission's bytes; problem is "" when it
-    is readable, else why not (not UTF-8, invalid JSON, no cells...)."""
+    is readable, else why not (not UTF-8, invalid JSON, no cells...). ``honor_mark``: cells of a
+    notebook :func:`code_only` made are taken as they are (only for bytes the grader made)."""
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -254,7 +257,7 @@ def code_cells(raw: bytes, name: str = "submission.ipynb") -> tuple[list[str], s
     if name.endswith(".py"):
         return _python_cells(text), ""
     try:
-        return _notebook_cells(text, "the notebook"), ""
+        return _notebook_cells(text, "the notebook", honor_mark), ""
     except SubmissionError as error:
         return [], str(error).replace("the notebook is not", "it is not")
 
