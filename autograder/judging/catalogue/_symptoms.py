@@ -280,6 +280,15 @@ def by_tag(key: str, tags, title: str, sentence: str, ask: str) -> Mistake:
     return symptom(key, title, sentence, ask, lambda view: sentence if _failing_tags(view) == wanted else None)
 
 
+def gradient_differs(reached: str) -> Mistake:
+    """Only the gradient cases fail (tag ``grads``): the output does not reach ``reached`` ("the images and
+    every parameter") through autograd."""
+    return by_tag("gradient_differs", "grads", "right outputs, wrong gradients",
+                  f"the outputs are right but the gradients are not: the output must reach {reached} through "
+                  f"autograd (no .detach(), .data or numpy)",
+                  "Your outputs are right and their gradients are not: where does autograd lose the path?")
+
+
 def keyed(problem, which: str, *args):
     """A symptom's test from a shared reading: ``problem(view, *args)`` finds the first thing wrong as
     ``(key, sentence)`` (or None), and this symptom is the one whose key is ``which``. The reading is
