@@ -1,41 +1,12 @@
 """Chapter 8, the decoder: causal mask, cross-attention, decoder block.
 
-Skeletons::
-
-    def causal_mask(T):
-        # (T, T), 1/True where query t may attend key s: itself and earlier positions (s <= t)
-        ...
-
-    class CrossAttention(nn.Module):
-        def __init__(self, emb_size, num_heads, context_dim=None):
-            super().__init__()
-            self.num_heads = num_heads
-            context_dim = context_dim or emb_size
-            self.query = nn.Linear(emb_size, emb_size)           # from the decoder tokens x
-            self.key_value = nn.Linear(context_dim, 2 * emb_size)  # from the encoder output, (kv h d)
-            self.projection = nn.Linear(emb_size, emb_size)
-
-        def forward(self, x, context, mask=None, return_attention=False):
-            # x (B, T, emb_size), context (B, S, context_dim) -> (B, T, emb_size)
-            ...
-
-    class DecoderBlock(nn.Module):
-        def __init__(self, dim, num_heads, mlp_dim, context_dim=None):
-            super().__init__()
-            self.norm1 = nn.LayerNorm(dim)
-            self.self_attn = MultiHeadAttention(dim, num_heads)
-            self.norm2 = nn.LayerNorm(dim)
-            self.cross_attn = CrossAttention(dim, num_heads, context_dim)
-            self.norm3 = nn.LayerNorm(dim)
-            self.mlp = FeedForwardBlock(dim, hidden_dim=mlp_dim)  # dim -> mlp_dim -> dim
-
-        def forward(self, x, context, self_mask=None):
-            # pre-LN: masked self-attention, cross-attention (keys/values from context), MLP;
-            # self_mask is None (all tokens see each other) or "causal"
-            ...
+The skeletons are the answer cells of ``solutions/08_decoder/08_decoder.ipynb`` (``causal_mask-answer``,
+``cross_attention-answer``, ``decoder_block-answer``): ``causal_mask(T)`` -> (T, T), True where query t may
+attend key s (s <= t); ``CrossAttention(emb_size, num_heads, context_dim=None)``, forward(x (B, T, emb_size),
+context (B, S, context_dim), mask=None, return_attention=False) -> (B, T, emb_size); ``DecoderBlock(dim,
+num_heads, mlp_dim, context_dim=None)``, forward(x, context, self_mask=None), self_mask None or "causal".
 """
 from __future__ import annotations
-
 
 import numpy as np
 

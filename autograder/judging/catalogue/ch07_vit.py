@@ -13,7 +13,7 @@ import vitref
 
 from ..model import Mistake
 from ._entry import add
-from ._common import parts
+from ._common import function_answer, parts
 from ..diagnosis import View
 from ._changes import blocks_reversed
 from ._symptoms import (FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES, RECIPE_SAYS, by_tag, first_wrong_output,
@@ -262,11 +262,8 @@ def _ce_reference():
 
 
 def _ce(fn):
-    def build(parts):
-        def cross_entropy(logits, targets):
-            return fn(logits, targets)
-        return cross_entropy
-    return build
+    """A ``cross_entropy(logits, targets)`` that returns ``fn(logits, targets)``."""
+    return function_answer("cross_entropy", fn)
 
 
 def _log_softmax(x, dim=-1):
