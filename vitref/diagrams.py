@@ -382,7 +382,7 @@ class _HeadLayout:
     note_xy: tuple[float, float]      # right end of "patch outputs: not used" (wide: the last patch's right
     #                                   edge), its height above the encoder
     note: str
-    norm_y: float
+    norm_y: float                     # the heights of the LayerNorm's and the head's boxes
     head_y: float
     scores_dx: tuple[float, float]    # the scores' arrow length and the gap to their label
     scores: str
