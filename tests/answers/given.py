@@ -78,16 +78,18 @@ def _given_names() -> dict[str, object]:
     """Every function, class and number the given cells define, by name, each from the first notebook
     that gives it; a name two notebooks give with different code fails here, saying which."""
     names: dict[str, object] = {}
+    giver: dict[str, str] = {}                         # name -> the notebook it is taken from
     for assignment in GIVING_NOTEBOOKS:
         module = _run_given_cell(assignment)
         for name, value in vars(module).items():
             if name.startswith("__") or name in NOTEBOOK_IMPORTS:
                 continue
             first = names.setdefault(name, value)
+            giver.setdefault(name, assignment)
             if first is not value and _source_of(first) != _source_of(value):
                 raise AssertionError(f"{notebook_path(assignment)}'s given cell defines {name} differently from "
-                                     f"{sys.modules[first.__module__].__file__}: the notebooks give one code; make "
-                                     f"the two cells' {name} the same")
+                                     f"{notebook_path(giver[name])}'s: the notebooks give one code; make the two "
+                                     f"cells' {name} the same")
     return names
 
 
