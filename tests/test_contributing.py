@@ -11,6 +11,7 @@ import inspect
 import io
 import json
 import re
+import sys
 import tokenize
 import tomllib
 from pathlib import Path
@@ -81,11 +82,16 @@ def _imported_from_package(init: Path) -> set[str]:
 
 
 def test_every_chapter_module_is_imported_by_its_package():
-    """A chapter module that autograder/questions/__init__.py or the catalogue's _load() does not
-    import registers nothing (or only by accident, through another module's import)."""
-    for package in ("autograder/questions", "autograder/judging/catalogue"):
-        missing = sorted(set(QUESTION_MODULES) - _imported_from_package(ROOT / package / "__init__.py"))
-        assert not missing, f"{package}/__init__.py does not import {missing}"
+    """A chapter module that autograder/questions/__init__.py does not import registers nothing (or only by
+    accident, through another module's import). The catalogue's package imports every module of its folder
+    without a leading underscore, so there each question module needs a catalogue module of the same name."""
+    missing = sorted(set(QUESTION_MODULES) - _imported_from_package(ROOT / "autograder/questions/__init__.py"))
+    assert not missing, f"autograder/questions/__init__.py does not import {missing}"
+    catalogue = ROOT / "autograder/judging/catalogue"
+    missing = sorted(name for name in QUESTION_MODULES if not (catalogue / f"{name}.py").is_file())
+    assert not missing, f"autograder/judging/catalogue/ has no module for {missing} (add <name>.py beside the others)"
+    loaded = {name.rpartition(".")[2] for name in sys.modules if name.startswith("autograder.judging.catalogue.")}
+    assert set(QUESTION_MODULES) <= loaded, "importing autograder.judging.catalogue did not import every chapter"
 
 
 def test_every_chapter_module_registers_only_its_own_chapter():

@@ -20,7 +20,9 @@ NOTEBOOKS = sorted(REPO.glob("solutions/*/*.ipynb")) + sorted(REPO.glob("exercis
 # the files of answers (the banks, the notebooks' given code); bank.py, solutions.py and submission.py are
 # the tests' machinery, not code a student writes: the whole submission they write is scanned below
 ANSWERS_DIR = REPO / "tests" / "answers"
-ANSWER_FILES = [*sorted(ANSWERS_DIR.glob("ch[0-9][0-9]_*.py")), ANSWERS_DIR / "given.py"]
+# given.py is not among them: it runs the notebooks' given cells, which test_no_flag_on_the_course_notebooks and
+# the whole submission (which copies them) scan.
+ANSWER_FILES = sorted(ANSWERS_DIR.glob("ch[0-9][0-9]_*.py"))
 
 
 def _cells(path: Path) -> list[str]:

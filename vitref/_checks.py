@@ -26,6 +26,16 @@ def expect_last_dim(x: torch.Tensor, size: int, name: str, what: str) -> None:
         )
 
 
+def expect_same_keys(keys_name: str, keys: torch.Tensor, axis: int, values_name: str, values: torch.Tensor) -> None:
+    """Raise ValueError unless ``keys``' axis ``axis`` (its number of keys S) matches the rows of
+    ``values (..., S, d_v)``; the names carry the layouts, e.g. ``"k (..., S, d_k)"``."""
+    if keys.shape[axis] != values.shape[-2]:
+        raise ValueError(
+            f"{keys_name} = {shape_str(keys.shape)} and {values_name} = {shape_str(values.shape)} "
+            f"disagree on the number of keys S ({keys.shape[axis]} vs {values.shape[-2]})"
+        )
+
+
 def check_divisible(dim: int, num_heads: int) -> int:
     if num_heads <= 0:
         raise ValueError(f"number of heads must be positive, got {num_heads}")

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import nn
 
-from ._checks import shape_str
+from ._checks import expect_same_keys, shape_str
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -61,11 +61,7 @@ def check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
             f"q (..., T, d_k) = {shape_str(q.shape)} and k (..., S, d_k) = {shape_str(k.shape)} "
             f"disagree on d_k ({q.shape[-1]} vs {k.shape[-1]})"
         )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k (..., S, d_k) = {shape_str(k.shape)} and v (..., S, d_v) = {shape_str(v.shape)} "
-            f"disagree on the number of keys S ({k.shape[-2]} vs {v.shape[-2]})"
-        )
+    expect_same_keys("k (..., S, d_k)", k, -2, "v (..., S, d_v)", v)
 
 
 def scaled_dot_product_attention(q, k, v, mask=None):

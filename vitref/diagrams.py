@@ -369,25 +369,55 @@ def vit_diagram(narrow: bool = False) -> Figure:
     ty, py = 2.45, 3.15
     _token_rows(c, token_x, pw, ty, py, proj.top[1])
     enc = c.box((left + right) / 2, 4.1, right - left, 0.7, "", "attention")
-    c.text(enc.cx, enc.cy + 0.12, "Transformer encoder: L pre-LN blocks", fontsize=FONT, weight="bold")
-    c.text(enc.cx, enc.cy - 0.17, "(LayerNorm, attention, +, LayerNorm, MLP, +)", fontsize=SMALL)
+    _encoder_and_head(c, enc, token_x, pw, py, _WIDE_HEAD)
+    return c.figure
+
+
+@dataclass(frozen=True)
+class _HeadLayout:
+    """Where :func:`_encoder_and_head` writes its labels, one instance per width of :func:`vit_diagram`."""
+    label_dy: tuple[float, float]     # the encoder's two lines of text, above and below its centre
+    blocks: str                       # the encoder's second line: what one block does
+    shape_between: bool               # the tokens' shape between the tokens and the encoder, else at its centre
+    note_xy: tuple[float, float]      # right end of "patch outputs: not used" (wide: the last patch's right
+    #                                   edge), its height above the encoder
+    note: str
+    norm_y: float                     # the heights of the LayerNorm's and the head's boxes
+    head_y: float
+    scores_dx: tuple[float, float]    # the scores' arrow length and the gap to their label
+    scores: str
+    title_xy: tuple[float, float]     # the figure's title, right-aligned
+
+
+_WIDE_HEAD = _HeadLayout((0.12, -0.17), "(LayerNorm, attention, +, LayerNorm, MLP, +)", False,
+                         (7.2, 0.33), "patch outputs: not used by the head", 5.2, 6.05, (0.5, 0.6),
+                         "class scores (B, classes)", (7.15, 6.45))
+_NARROW_HEAD = _HeadLayout((0.2, -0.18), "(LayerNorm, attention, +,\nLayerNorm, MLP, +)", True,
+                           (4.45, 0.5), "patch outputs:\nnot used\nby the head", 5.75, 6.5, (0.35, 0.4),
+                           "class scores\n(B, classes)", (4.45, 6.85))
+
+
+def _encoder_and_head(c: Canvas, enc, token_x: list, pw: float, py: float, at: _HeadLayout) -> None:
+    """The encoder box ``enc`` fed by every token (boxes ``pw`` wide, the position row at ``py``), then the
+    head, which reads the class token only (the first of ``token_x``): LayerNorm, linear head, class scores."""
+    cls_x, patch_x = token_x[0], token_x[1:]
+    c.text(enc.cx, enc.cy + at.label_dy[0], "Transformer encoder: L pre-LN blocks", fontsize=FONT, weight="bold")
+    c.text(enc.cx, enc.cy + at.label_dy[1], at.blocks, fontsize=SMALL)
     for x in token_x:
         c.arrow((x, py + 0.15), (x, enc.bottom[1]), lw=0.9)
-    c.shape(left - 0.12, enc.cy, "(B, N+1, D)", ha="right")
-    # the head reads the class token only
+    shape_y = (py + 0.15 + enc.bottom[1]) / 2 if at.shape_between else enc.cy
+    c.shape(cls_x - pw / 2 - 0.12, shape_y, "(B, N+1, D)", ha="right")
     for x in patch_x:
         c.ax.plot([x, x], [enc.top[1], enc.top[1] + 0.16], color="#999999", lw=0.9, zorder=1)
-    c.text(right, enc.top[1] + 0.33, "patch outputs: not used by the head", fontsize=SMALL, color="#666666",
-           ha="right")
-    norm = c.box(cls_x, 5.2, 1.5, 0.42, "LayerNorm", "norm")
+    c.text(at.note_xy[0], enc.top[1] + at.note_xy[1], at.note, fontsize=SMALL, color="#666666", ha="right")
+    norm = c.box(cls_x, at.norm_y, 1.5, 0.42, "LayerNorm", "norm")
     c.arrow((cls_x, enc.top[1]), norm.bottom)
     c.shape(cls_x - 0.1, (enc.top[1] + norm.bottom[1]) / 2, "token 0: (B, D)", ha="right")
-    head = c.box(cls_x, 6.05, 1.5, 0.42, "Linear head", "mlp")
+    head = c.box(cls_x, at.head_y, 1.5, 0.42, "Linear head", "mlp")
     c.arrow(norm.top, head.bottom)
-    c.arrow(head.right, (head.right[0] + 0.5, head.cy))
-    c.shape(head.right[0] + 0.6, head.cy, "class scores (B, classes)")
-    c.text(7.15, 6.45, "Vision Transformer (ViT)", fontsize=TITLE, weight="bold", ha="right")
-    return c.figure
+    c.arrow(head.right, (head.right[0] + at.scores_dx[0], head.cy))
+    c.shape(head.right[0] + at.scores_dx[1], head.cy, at.scores)
+    c.text(*at.title_xy, "Vision Transformer (ViT)", fontsize=TITLE, weight="bold", ha="right")
 
 
 def _token_rows(c: Canvas, token_x: list, pw: float, ty: float, py: float, projection_top: float) -> None:
@@ -415,7 +445,6 @@ def _vit_narrow() -> Figure:
     pw, pitch, cls_x = 0.4, 0.55, 1.55
     patch_x = [cls_x + 0.85 + k * pitch for k in range(g * g)]
     token_x = [cls_x, *patch_x]
-    left = cls_x - pw / 2
     c.arrow((x0 + side + 0.05, 0.55), (patch_x[0] - pw / 2 - 0.05, 0.55))
     c.text((x0 + side + patch_x[0] - pw / 2) / 2, 1.0, "N = HW/P²\npatches", fontsize=SMALL, color=SHAPE)
     for k, x in enumerate(patch_x):
@@ -428,23 +457,7 @@ def _vit_narrow() -> Figure:
     ty, py = 2.65, 3.35
     _token_rows(c, token_x, pw, ty, py, proj.top[1])
     enc = c.box(2.25, 4.5, 4.3, 0.85, "", "attention")
-    c.text(enc.cx, enc.cy + 0.2, "Transformer encoder: L pre-LN blocks", fontsize=FONT, weight="bold")
-    c.text(enc.cx, enc.cy - 0.18, "(LayerNorm, attention, +,\nLayerNorm, MLP, +)", fontsize=SMALL)
-    for x in token_x:
-        c.arrow((x, py + 0.15), (x, enc.bottom[1]), lw=0.9)
-    c.shape(left - 0.12, (py + 0.15 + enc.bottom[1]) / 2, "(B, N+1, D)", ha="right")
-    for x in patch_x:
-        c.ax.plot([x, x], [enc.top[1], enc.top[1] + 0.16], color="#999999", lw=0.9, zorder=1)
-    c.text(4.45, enc.top[1] + 0.5, "patch outputs:\nnot used\nby the head", fontsize=SMALL, color="#666666",
-           ha="right")
-    norm = c.box(cls_x, 5.75, 1.5, 0.42, "LayerNorm", "norm")
-    c.arrow((cls_x, enc.top[1]), norm.bottom)
-    c.shape(cls_x - 0.1, (enc.top[1] + norm.bottom[1]) / 2, "token 0: (B, D)", ha="right")
-    head = c.box(cls_x, 6.5, 1.5, 0.42, "Linear head", "mlp")
-    c.arrow(norm.top, head.bottom)
-    c.arrow(head.right, (head.right[0] + 0.35, head.cy))
-    c.shape(head.right[0] + 0.4, head.cy, "class scores\n(B, classes)")
-    c.text(4.45, 6.85, "Vision Transformer (ViT)", fontsize=TITLE, weight="bold", ha="right")
+    _encoder_and_head(c, enc, token_x, pw, py, _NARROW_HEAD)
     return c.figure
 
 

@@ -27,7 +27,7 @@ import torch
 from einops import rearrange
 from torch import nn
 
-from ._checks import shape_str
+from ._checks import expect_same_keys, shape_str
 from .attention import mask_as_bool, softmax
 
 
@@ -148,11 +148,7 @@ def attention_from_scores(scores: torch.Tensor, values: torch.Tensor, mask=None)
             f"scores must be (..., T, S) and values (..., S, d_v), "
             f"got {shape_str(scores.shape)} and {shape_str(values.shape)}"
         )
-    if scores.shape[-1] != values.shape[-2]:
-        raise ValueError(
-            f"scores (..., T, S) = {shape_str(scores.shape)} and values (..., S, d_v) = {shape_str(values.shape)} "
-            f"disagree on the number of keys S ({scores.shape[-1]} vs {values.shape[-2]})"
-        )
+    expect_same_keys("scores (..., T, S)", scores, -1, "values (..., S, d_v)", values)
     if mask is not None:
         scores = scores.masked_fill(~mask_as_bool(mask, scores.shape), float("-inf"))
     weights = softmax(scores, dim=-1)                                      # (..., T, S)

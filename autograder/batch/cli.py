@@ -70,10 +70,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("root", help="grading root: holds submitted/<student>/<assignment>/*.ipynb")
     parser.add_argument("--jobs", type=int, default=0,
                         help="parallel jobs (default: all cores)")
-    parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                        help=f"wall-clock seconds per submission (default {DEFAULT_TIMEOUT:g})")
-    parser.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MB,
-                        help=f"memory per submission in MB (default {DEFAULT_MEMORY_MB})")
+    Limits.add_arguments(parser, DEFAULT_TIMEOUT, DEFAULT_MEMORY_MB, per="submission")
     parser.add_argument("--force", action="store_true",
                         help="grade again submissions already graded and unchanged")
     parser.add_argument("--source", help="folder with the source notebooks <assignment>/*.ipynb "

@@ -28,6 +28,7 @@ a private working directory remain (see "Grading a class" in book/for_instructor
 """
 from __future__ import annotations
 
+import argparse
 import functools
 import json
 import os
@@ -62,6 +63,15 @@ class Limits:
     nproc: int = 32
     fsize_mb: int = 64
     tmpfs_mb: int = 256
+
+    @staticmethod
+    def add_arguments(parser: argparse.ArgumentParser, timeout: float, memory_mb: int, per: str) -> None:
+        """The command-line options ``--timeout`` (seconds) and ``--memory`` (MB) a :class:`Limits` is
+        built from, with their defaults; ``per`` says what one limit covers ("submission", "notebook")."""
+        parser.add_argument("--timeout", type=float, default=timeout,
+                            help=f"wall-clock seconds per {per} (default {timeout:g})")
+        parser.add_argument("--memory", type=int, default=memory_mb,
+                            help=f"memory per {per} in MB (default {memory_mb})")
 
 
 @dataclass

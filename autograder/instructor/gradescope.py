@@ -436,10 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     b = sub.add_parser("build", help="write the autograder zip of one assignment")
     b.add_argument("--assignment", required=True, help="e.g. 03_attention")
     b.add_argument("--out", help="default: dist/gradescope-<assignment>.zip")
-    b.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT,
-                   help=f"seconds for the notebook (default {DEFAULT_TIMEOUT:g})")
-    b.add_argument("--memory", type=int, default=DEFAULT_MEMORY_MB,
-                   help=f"MB for the notebook (default {DEFAULT_MEMORY_MB})")
+    Limits.add_arguments(b, DEFAULT_TIMEOUT, DEFAULT_MEMORY_MB, per="notebook")
     b.add_argument("--visibility", default="visible",
                    help="visible (default), hidden, after_due_date or after_published")
     r = sub.add_parser("run", help="grade ROOT/submission into ROOT/results/results.json (in Gradescope)")

@@ -117,6 +117,11 @@ class View:
     def cases(self) -> list:
         return list(zip(self.question.cases, self.data.get("cases") or []))
 
+    def outputs(self, name: str) -> list[tuple]:
+        """(case, the answer's output ``name``) for each case whose answer returned that output."""
+        return [(case, got) for case, student_case in self.cases
+                if (got := (student_case.get("outputs") or {}).get(name)) is not None]
+
     @property
     def rows(self) -> list[CaseRow]:
         if self._rows is None:

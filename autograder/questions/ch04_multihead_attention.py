@@ -1,42 +1,21 @@
 """Chapter 4, multi-head attention: the slides' Q5 (fused, einsum) and a loop of heads.
 
-Skeleton of Q5 (the slides' MultiHeadAttention, blanks in the last lines)::
-
-    class MultiHeadAttention(nn.Module):
-        def __init__(self, emb_size=768, num_heads=8, dropout=0.):
-            super().__init__()
-            self.emb_size, self.num_heads = emb_size, num_heads
-            self.qkv = nn.Linear(emb_size, emb_size * 3)       # queries, keys, values of all heads
-            self.att_drop = nn.Dropout(dropout)
-            self.projection = nn.Linear(emb_size, emb_size)
-
-        def forward(self, x, mask=None):
-            qkv = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", h=self.num_heads, qkv=3)
-            queries, keys, values = qkv[0], qkv[1], qkv[2]     # each (B, h, N, d)
-            energy = torch.einsum('bhqd, bhkd -> bhqk', queries, keys)
-            if mask is not None:
-                energy = energy.masked_fill(mask == 0, float("-inf"))
-            scaling = (self.emb_size // self.num_heads) ** 0.5
-            att = F.softmax(energy / scaling, dim=-1)
-            att = self.att_drop(att)
-            # Q5. sum up over the third axis, then rearrange the heads back and project
-            out = torch.einsum('bhal, bhlv -> ...', att, values)
-            out = rearrange(out, "...")
-            out = self.projection(out)
-            return out
+Q5's skeleton (the slides' MultiHeadAttention, blanks in its last lines) is the ``q5-answer`` cell of
+``solutions/04_multihead_attention/04_multihead_attention.ipynb``; the chapter's answer bank
+(``tests/answers/ch04_multihead_attention.py``) holds the solved cell, kept equal to the notebook's by
+``tests/test_answer_banks.py::test_each_solution_is_the_notebooks_answer``.
 
 Correct answers may also lay the fused projection out as ``(h d qkv)`` or use three
 separate linear layers: the checker loads the same weights either way.
 """
 from __future__ import annotations
 
-
-
 import functools
 
 from . import inputs as I
 from .base import Case, Question, register
 from .common import KEY_BIAS, build_flexible, call_with_mask, case_mask, require_linear_biases, single_output
+
 
 def _mha_case(label, **p):
     """A case of q5 / mha_loop: E, h, x (B, N, E), seed; optional mask spec (``mask``, ``full_rows``,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import inputs as I
 from .base import Case, Question, register
+from .common import logits_and_targets, record_loss
 
 LS_CASES = [
     Case("logits (4, 5), targets (4,), smoothing=0.1", {"B": 4, "C": 5, "eps": 0.1, "seed": 221, "scale": 2.0},
@@ -37,16 +37,9 @@ LS_CASES = [
 
 def _run_ls(answer, case, rec):
     p = case.params
-    logits = I.randn((p["B"], p["C"]), p["seed"], p["scale"])
-    targets = I.randint((p["B"],), p["C"], p["seed"])
-    if p.get("unlikely_targets"):
-        targets = logits.argmin(axis=1).astype(np.int64)
-    logits = rec.tensor(logits, dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
-    targets = rec.tensor(targets)
+    logits, targets = logits_and_targets(rec, p)
     loss = rec.call(answer, logits, targets) if p["eps"] is None else rec.call(answer, logits, targets, p["eps"])
-    recorded = rec.output("loss", loss)
-    if recorded.size == 1:
-        rec.outputs["loss"] = recorded.reshape(())
+    record_loss(rec, loss)
     if p.get("grads"):
         rec.grads(loss, rec.tensor(np.ones((), dtype=np.float32)), {"logits": logits})
 

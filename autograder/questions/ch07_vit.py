@@ -34,7 +34,7 @@ import torch
 from . import inputs as I
 from .base import Case, Question, register
 from .errors import CaseFailure
-from .common import build_flexible
+from .common import build_flexible, logits_and_targets, record_loss
 
 # --------------------------------------------------------------------------- ViT forward
 
@@ -133,18 +133,9 @@ CE_CASES = [
 
 def _run_ce(answer, case, rec):
     p = case.params
-    logits = I.randn((p["B"], p["C"]), p["seed"], p["scale"])
-    targets = I.randint((p["B"],), p["C"], p["seed"])
-    if p.get("unlikely_targets"):
-        targets = logits.argmin(axis=1).astype(np.int64)      # probabilities far below float range
-    if p.get("likely_targets"):
-        targets = logits.argmax(axis=1).astype(np.int64)
-    logits = rec.tensor(logits, dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
-    targets = rec.tensor(targets)
+    logits, targets = logits_and_targets(rec, p)
     value = rec.call(answer, logits, targets)
-    loss = rec.output("loss", value)
-    if loss.size == 1:
-        rec.outputs["loss"] = loss.reshape(())
+    record_loss(rec, value)
     if p.get("grads"):
         if type(value) is not torch.Tensor:
             raise CaseFailure(f"the loss is a {type(value).__name__}, not a torch tensor: training needs "

@@ -1,41 +1,12 @@
 """Chapter 8, the decoder: causal mask, cross-attention, decoder block.
 
-Skeletons::
-
-    def causal_mask(T):
-        # (T, T), 1/True where query t may attend key s: itself and earlier positions (s <= t)
-        ...
-
-    class CrossAttention(nn.Module):
-        def __init__(self, emb_size, num_heads, context_dim=None):
-            super().__init__()
-            self.num_heads = num_heads
-            context_dim = context_dim or emb_size
-            self.query = nn.Linear(emb_size, emb_size)           # from the decoder tokens x
-            self.key_value = nn.Linear(context_dim, 2 * emb_size)  # from the encoder output, (kv h d)
-            self.projection = nn.Linear(emb_size, emb_size)
-
-        def forward(self, x, context, mask=None, return_attention=False):
-            # x (B, T, emb_size), context (B, S, context_dim) -> (B, T, emb_size)
-            ...
-
-    class DecoderBlock(nn.Module):
-        def __init__(self, dim, num_heads, mlp_dim, context_dim=None):
-            super().__init__()
-            self.norm1 = nn.LayerNorm(dim)
-            self.self_attn = MultiHeadAttention(dim, num_heads)
-            self.norm2 = nn.LayerNorm(dim)
-            self.cross_attn = CrossAttention(dim, num_heads, context_dim)
-            self.norm3 = nn.LayerNorm(dim)
-            self.mlp = FeedForwardBlock(dim, hidden_dim=mlp_dim)  # dim -> mlp_dim -> dim
-
-        def forward(self, x, context, self_mask=None):
-            # pre-LN: masked self-attention, cross-attention (keys/values from context), MLP;
-            # self_mask is None (all tokens see each other) or "causal"
-            ...
+The skeletons are the answer cells of ``solutions/08_decoder/08_decoder.ipynb`` (``causal_mask-answer``,
+``cross_attention-answer``, ``decoder_block-answer``): ``causal_mask(T)`` -> (T, T), True where query t may
+attend key s (s <= t); ``CrossAttention(emb_size, num_heads, context_dim=None)``, forward(x (B, T, emb_size),
+context (B, S, context_dim), mask=None, return_attention=False) -> (B, T, emb_size); ``DecoderBlock(dim,
+num_heads, mlp_dim, context_dim=None)``, forward(x, context, self_mask=None), self_mask None or "causal".
 """
 from __future__ import annotations
-
 
 import numpy as np
 
@@ -124,6 +95,24 @@ def cross_mask(p):
     return I.bernoulli_mask(p["mask"], p["seed"] + 2, full_rows=tuple(tuple(r) for r in p.get("full_rows", ())))
 
 
+def _x_and_context(rec, p) -> tuple:
+    """The decoder's tokens x ``p["x"]`` (B, T, E) and the encoder's output ``p["c"]`` (B, S, context_dim), as
+    tensors in ``p["dtype"]`` that require grad when the case asks for gradients."""
+    grads = bool(p.get("grads"))
+    x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=grads)
+    context = rec.tensor(I.randn(p["c"], p["seed"] + 1), dtype=p.get("dtype"), requires_grad=grads)
+    return x, context
+
+
+def _grads_of_x_and_context(rec, p, out, x, context, module) -> None:
+    """When the case asks for gradients (``p["grads"]``), record those of x and context (and of the parameters
+    when ``p["param_grads"]``) for a random upstream gradient shaped like the output (B, T, E)."""
+    if not p.get("grads"):
+        return
+    upstream = rec.tensor(I.randn(p["x"], p["seed"] + 7))
+    rec.grads(out, upstream, {"x": x, "context": context}, module, params=bool(p.get("param_grads")))
+
+
 def _run_cross(answer, case, rec):
     p = case.params
     kwargs = {"emb_size": p["E"], "num_heads": p["h"]}
@@ -131,9 +120,7 @@ def _run_cross(answer, case, rec):
         kwargs["context_dim"] = p["ctx"]
     args = (p["E"], p["h"]) if p["ctx"] is None else (p["E"], p["h"], p["ctx"])
     module = build_flexible(rec, answer, args, kwargs, heads=p["h"], head_width=p["E"], dtype=p.get("dtype"))
-    grads = bool(p.get("grads"))
-    x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=grads)
-    context = rec.tensor(I.randn(p["c"], p["seed"] + 1), dtype=p.get("dtype"), requires_grad=grads)
+    x, context = _x_and_context(rec, p)
     mask = cross_mask(p)       # (B, 1, 1, S) hides padded context positions; (B, 1, T, S) per query
     mask = None if mask is None else rec.tensor(mask)
     if p.get("return_attention"):
@@ -148,9 +135,7 @@ def _run_cross(answer, case, rec):
     rec.output("out", out)
     if weights is not None:
         rec.output("weights", weights)
-    if grads:
-        upstream = rec.tensor(I.randn(p["x"], p["seed"] + 7))
-        rec.grads(out, upstream, {"x": x, "context": context}, module, params=bool(p.get("param_grads")))
+    _grads_of_x_and_context(rec, p, out, x, context, module)
 
 register(Question(id="cross_attention", chapter="08_decoder", title="Cross-attention", points=3,
                   answer_name="CrossAttention", kind="class", cases=CROSS_CASES, run_case=_run_cross,
@@ -192,9 +177,7 @@ def _run_decoder(answer, case, rec):
     p = case.params
     args = (p["D"], p["h"], p["mlp"]) if p["ctx"] is None else (p["D"], p["h"], p["mlp"], p["ctx"])
     module = rec.build(answer, *args, heads=p["h"], head_width=p["D"], dtype=p.get("dtype"))
-    grads = bool(p.get("grads"))
-    x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=grads)
-    context = rec.tensor(I.randn(p["c"], p["seed"] + 1), dtype=p.get("dtype"), requires_grad=grads)
+    x, context = _x_and_context(rec, p)
 
     def run(tokens):
         if p["causal"]:
@@ -209,9 +192,7 @@ def _run_decoder(answer, case, rec):
         changed = I.randn(p["x"], p["seed"]).copy()
         changed[:, -1] = I.randn((p["x"][0], p["x"][2]), p["seed"] + 3)
         rec.output("out (last token changed)", run(rec.tensor(changed, dtype=p.get("dtype"))))
-    if grads:
-        upstream = rec.tensor(I.randn(p["x"], p["seed"] + 7))
-        rec.grads(out, upstream, {"x": x, "context": context}, module, params=bool(p.get("param_grads")))
+    _grads_of_x_and_context(rec, p, out, x, context, module)
 
 register(Question(id="decoder_block", chapter="08_decoder", title="Decoder block", points=3,
                   answer_name="DecoderBlock", kind="class", cases=DEC_CASES, run_case=_run_decoder,

@@ -85,3 +85,24 @@ def require_linear_biases(module, what: str):
         raise CaseFailure(f"the linear layer{'s' if len(missing) > 1 else ''} {', '.join(missing)} of {what} "
                           f"{'have' if len(missing) > 1 else 'has'} no bias (nn.Linear(..., bias=False)); the "
                           f"exercise's layers are nn.Linear(in, out) with a bias: keep it")
+
+
+def logits_and_targets(rec, p) -> tuple:
+    """A loss question's inputs as tensors: logits (B, C) drawn with ``p["seed"]`` and scaled by ``p["scale"]``
+    (in ``p["dtype"]``, requiring grad when ``p["grads"]``), and targets (B,), random classes unless
+    ``p["unlikely_targets"]`` (each row's smallest logit: a probability far below float range) or
+    ``p["likely_targets"]`` (each row's largest)."""
+    logits = I.randn((p["B"], p["C"]), p["seed"], p["scale"])
+    targets = I.randint((p["B"],), p["C"], p["seed"])
+    if p.get("unlikely_targets"):
+        targets = logits.argmin(axis=1).astype(np.int64)
+    if p.get("likely_targets"):
+        targets = logits.argmax(axis=1).astype(np.int64)
+    return rec.tensor(logits, dtype=p.get("dtype"), requires_grad=bool(p.get("grads"))), rec.tensor(targets)
+
+
+def record_loss(rec, value) -> None:
+    """Record the answer's loss as the output ``loss``, a one-element array as a scalar."""
+    loss = rec.output("loss", value)
+    if loss.size == 1:
+        rec.outputs["loss"] = loss.reshape(())

@@ -8,5 +8,5 @@
   the catalogue's composite mistakes need;
 * ``submission.py``: the whole submission (every answer name, one file) written from the banks, for the
   CLI, bench and threat tests;
-* ``given.py``: code the notebooks give students (copied), which some answers build on.
+* ``given.py``: code the notebooks give students (run from their locked given cells), which some answers build on.
 """

@@ -156,7 +156,7 @@ class _ViTBase(nn.Module):
         )
         self.cls_token = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
         self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
-        self.blocks = nn.ModuleList([TransformerEncoderBlock(dim, num_heads, mlp_dim) for _ in range(depth)])
+        self.blocks = nn.ModuleList([TransformerEncoderBlock(dim, num_heads, mlp_dim=mlp_dim) for _ in range(depth)])
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, num_classes)
 

@@ -1,110 +1,108 @@
-"""Code the notebooks give students (their ``given`` cells), which the solutions and the other
-answers of chapters 4, 5, 7, 8 and 9 build on: not an answer, and not written independently of the notebooks.
+"""Code the notebooks give students, which the solutions and the other answers of chapters 4, 5, 7, 8
+and 9 build on: not an answer, and not a copy. Each name is what the locked ``given`` cell (nbgrader
+grade_id ``given``) of ``solutions/<assignment>/<assignment>.ipynb`` defines, run from the notebook:
 
-``attend`` and ``AttentionHead`` (chapter 4), ``MultiHeadAttention`` and ``FeedForwardBlock``
-(chapters 5, 7, 8) and ``FashionViT`` (chapter 9) are the notebooks' given code, copied (comments
-left out, one-line docstrings). ``TransformerEncoderBlock`` is a reduced form of chapter 7's given
-pre-LN block (no dropout, signature ``(dim, num_heads, mlp_dim)``) that the ViT answers stack.
-A bank module imports from here what its notebook gives, so that its ``@solution`` runs as it
-does in the notebook (``tests/answers/submission.py`` copies the same code into the whole submission).
+* ``attend(q, k, v, mask=None)``, q (..., T, d_k), k (..., S, d_k), v (..., S, d_v) -> (out (..., T, d_v),
+  weights (..., T, S)), and ``AttentionHead(dim, head_dim)``, x (B, T, dim) -> (out (B, T, head_dim),
+  weights (B, T, T)): 04_multihead_attention;
+* ``MultiHeadAttention(emb_size, num_heads)``, x (B, N, E) -> (B, N, E) [and weights (B, heads, N, N)]:
+  05_blocks (07_vit and 08_decoder give the same);
+* ``FeedForwardBlock(emb_size, expansion=4, drop_p=0.0, hidden_dim=None)``, (..., E) -> (..., E), and
+  ``TransformerEncoderBlock(emb_size, num_heads, ..., mlp_dim=None)``, x (B, N, D) -> (B, N, D) [and
+  weights]: 07_vit (08_decoder gives the same FeedForwardBlock);
+* ``FashionViT()``, uint8 images (B, 1, 28, 28) -> logits (B, 10): 09_training.
+
+A bank module imports from here what its notebook gives, so that its ``@solution`` runs as it does in
+the notebook. Each given cell runs as a module of its own, ``answers.given_<assignment>``, whose source
+is the cell's (``inspect`` reads it, so ``tests/answers/submission.py`` copies the notebook's text into
+the whole submission). A name several notebooks give is taken from the first, and importing this module
+fails if another notebook gives different code under that name.
 """
+from __future__ import annotations
+
+import inspect
+import json
+import linecache
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import numpy as np
 import torch
 from einops import rearrange
 from einops.layers.torch import Rearrange
 from torch import nn
 
+SOLUTIONS = Path(__file__).resolve().parents[2] / "solutions"
 
-def attend(q, k, v, mask=None):
-    """Scaled dot-product attention (chapter 4's given): (out (..., T, d_v), weights (..., T, S))."""
-    scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-    if mask is not None:
-        scores = scores.masked_fill(mask == 0, -1e9)
-    weights = scores.softmax(dim=-1)
-    return weights @ v, weights
+# What the notebooks' imports cells bind before the given cells run: the names those cells read.
+NOTEBOOK_IMPORTS = {"np": np, "torch": torch, "nn": nn, "rearrange": rearrange, "Rearrange": Rearrange}
 
-
-class AttentionHead(nn.Module):
-    """One head (chapter 4's given): forward(x (B, T, dim)) -> (out (B, T, head_dim), weights (B, T, T))."""
-
-    def __init__(self, dim, head_dim):
-        super().__init__()
-        self.query = nn.Linear(dim, head_dim)
-        self.key = nn.Linear(dim, head_dim)
-        self.value = nn.Linear(dim, head_dim)
-
-    def forward(self, x, mask=None):
-        return attend(self.query(x), self.key(x), self.value(x), mask)
+# The notebooks whose given cells the answers build on, in the order a shared name is taken from.
+GIVING_NOTEBOOKS = ("04_multihead_attention", "05_blocks", "07_vit", "08_decoder", "09_training")
 
 
-class MultiHeadAttention(nn.Module):
-    """The notebooks' given fused multi-head self-attention (chapters 7 and 8)."""
-
-    def __init__(self, emb_size=768, num_heads=8):
-        super().__init__()
-        self.num_heads = num_heads
-        self.qkv = nn.Linear(emb_size, 3 * emb_size)
-        self.projection = nn.Linear(emb_size, emb_size)
-
-    def forward(self, x, mask=None, causal=False, return_attention=False):
-        q, k, v = rearrange(self.qkv(x), "b n (qkv h d) -> qkv b h n d", qkv=3, h=self.num_heads)
-        scores = q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5
-        if causal:
-            allowed = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool, device=x.device).tril()
-            mask = allowed if mask is None else (mask != 0) & allowed
-        if mask is not None:
-            scores = scores.masked_fill(mask == 0, -1e9)
-        weights = scores.softmax(dim=-1)
-        out = self.projection(rearrange(weights @ v, "b h n d -> b n (h d)"))
-        return (out, weights) if return_attention else out
+def notebook_path(assignment: str) -> Path:
+    return SOLUTIONS / assignment / f"{assignment}.ipynb"
 
 
-class FeedForwardBlock(nn.Sequential):
-    """The notebooks' given feed-forward block (chapters 7 and 8): vitref.FeedForwardBlock's signature."""
-
-    def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
-        hidden = hidden_dim or expansion * emb_size
-        super().__init__(nn.Linear(emb_size, hidden), nn.GELU(), nn.Dropout(drop_p), nn.Linear(hidden, emb_size))
-
-
-class TransformerEncoderBlock(nn.Module):
-    def __init__(self, dim, num_heads, mlp_dim):
-        super().__init__()
-        self.norm1 = nn.LayerNorm(dim)
-        self.attn = MultiHeadAttention(dim, num_heads)
-        self.norm2 = nn.LayerNorm(dim)
-        self.mlp = FeedForwardBlock(dim, hidden_dim=mlp_dim)
-
-    def forward(self, x, return_attention=False):
-        attn_out, weights = self.attn(self.norm1(x), return_attention=True)
-        x = x + attn_out
-        x = x + self.mlp(self.norm2(x))
-        return (x, weights) if return_attention else x
+def notebook_cell(assignment: str, grade_id: str) -> str:
+    """The source of the one cell with nbgrader grade_id ``grade_id`` in the assignment's solutions notebook."""
+    cells = json.loads(notebook_path(assignment).read_text(encoding="utf-8"))["cells"]
+    found = ["".join(c["source"]) for c in cells
+             if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == grade_id]
+    assert len(found) == 1, (f"{notebook_path(assignment)}: expected one cell with grade_id {grade_id!r}, "
+                             f"found {len(found)}")
+    return found[0]
 
 
-FASHION_MNIST_MEAN, FASHION_MNIST_STD = 0.2860, 0.3530
+def given_cell(assignment: str) -> str:
+    """The source of the locked given cell (grade_id "given") of the assignment's solutions notebook."""
+    return notebook_cell(assignment, "given")
 
 
-class FashionViT(nn.Module):
-    """Chapter 9's given small ViT for Fashion-MNIST: uint8 images (B, 1, 28, 28) -> logits (B, 10)."""
+def _run_given_cell(assignment: str) -> ModuleType:
+    """The assignment's given cell, run as the module ``answers.given_<assignment>`` (its source, for
+    ``inspect``, is the cell's: registered under a file name that says where the cell is)."""
+    source = given_cell(assignment)
+    module = ModuleType(f"{__package__}.given_{assignment}", f"The given cell of {notebook_path(assignment)}.")
+    module.__file__ = f"<{notebook_path(assignment)}: the given cell>"
+    linecache.cache[module.__file__] = (len(source), None, source.splitlines(keepends=True), module.__file__)
+    vars(module).update(NOTEBOOK_IMPORTS)
+    sys.modules[module.__name__] = module
+    exec(compile(source, module.__file__, "exec"), vars(module))  # noqa: S102 - the repository's own notebook cell
+    return module
 
-    def __init__(self, patch_size=7, dim=64, depth=3, num_heads=4, mlp_dim=128, dropout=0.0):
-        super().__init__()
-        num_patches = (28 // patch_size) ** 2
-        self.patch_embed = nn.Sequential(                                       # (B, 1, 28, 28) -> (B, N, dim)
-            Rearrange("b c (gh p1) (gw p2) -> b (gh gw) (p1 p2 c)", p1=patch_size, p2=patch_size),
-            nn.Linear(patch_size * patch_size, dim),
-        )
-        self.cls_token = nn.Parameter(torch.zeros(1, 1, dim))
-        self.pos_embed = nn.Parameter(torch.randn(1, num_patches + 1, dim) * 0.02)
-        layer = nn.TransformerEncoderLayer(dim, num_heads, mlp_dim, dropout, activation="gelu",
-                                           batch_first=True, norm_first=True)
-        self.blocks = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, 10)
 
-    def forward(self, images):
-        x = (images.float() / 255.0 - FASHION_MNIST_MEAN) / FASHION_MNIST_STD    # (B, 1, 28, 28)
-        tokens = self.patch_embed(x)                                              # (B, N, dim)
-        cls = self.cls_token.expand(len(tokens), -1, -1)                          # (B, 1, dim)
-        tokens = torch.cat([cls, tokens], dim=1) + self.pos_embed                 # (B, N + 1, dim)
-        return self.head(self.norm(self.blocks(tokens))[:, 0])                   # (B, 10)
+def _given_names() -> dict[str, object]:
+    """Every function, class and number the given cells define, by name, each from the first notebook
+    that gives it; a name two notebooks give with different code fails here, saying which."""
+    names: dict[str, object] = {}
+    giver: dict[str, str] = {}                         # name -> the notebook it is taken from
+    for assignment in GIVING_NOTEBOOKS:
+        module = _run_given_cell(assignment)
+        for name, value in vars(module).items():
+            if name.startswith("__") or name in NOTEBOOK_IMPORTS:
+                continue
+            first = names.setdefault(name, value)
+            giver.setdefault(name, assignment)
+            if first is not value and _source_of(first) != _source_of(value):
+                raise AssertionError(f"{notebook_path(assignment)}'s given cell defines {name} differently from "
+                                     f"{notebook_path(giver[name])}'s: the notebooks give one code; make the two "
+                                     f"cells' {name} the same")
+    return names
+
+
+def _source_of(value: object) -> object:
+    """What two notebooks' definitions of a name are compared by: a class's or function's source (the cell's
+    last line has no line break), else the value."""
+    return inspect.getsource(value).rstrip("\n") if inspect.isclass(value) or inspect.isfunction(value) else value
+
+
+_GIVEN = _given_names()
+attend = _GIVEN["attend"]
+AttentionHead = _GIVEN["AttentionHead"]
+MultiHeadAttention = _GIVEN["MultiHeadAttention"]
+FeedForwardBlock = _GIVEN["FeedForwardBlock"]
+TransformerEncoderBlock = _GIVEN["TransformerEncoderBlock"]
+FashionViT = _GIVEN["FashionViT"]

@@ -16,13 +16,13 @@ import json
 import re
 import textwrap
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 import autograder
+from answers.given import given_cell, notebook_cell
 from autograder.hosts import training
 from autograder.hosts.driver import run_submission
 from autograder.judging.catalogue import ch09_training as ch09
@@ -32,21 +32,8 @@ from autograder.judging.secret import SaltedSource, class_order, draw_inputs, pu
 from autograder.questions import inputs as I
 from autograder.student import zygote as zygote_module
 
-ROOT = Path(__file__).resolve().parents[2]
 Q = autograder.question("train_to_accuracy")
 QID = Q.id
-
-
-def _given_cell() -> str:
-    nb = json.loads((ROOT / "solutions" / "09_training" / "09_training.ipynb").read_text())
-    return next("".join(c["source"]) for c in nb["cells"]
-                if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "given")
-
-
-def _solution_cell() -> str:
-    nb = json.loads((ROOT / "solutions" / "09_training" / "09_training.ipynb").read_text())
-    return next("".join(c["source"]) for c in nb["cells"]
-                if (c.get("metadata", {}).get("nbgrader") or {}).get("grade_id") == "train_to_accuracy_answer")
 
 
 IMPORTS = """
@@ -60,7 +47,7 @@ from einops.layers.torch import Rearrange
 
 
 def notebook(*cells: str) -> bytes:
-    sources = [IMPORTS, _given_cell(), *[textwrap.dedent(c).strip("\n") for c in cells]]
+    sources = [IMPORTS, given_cell("09_training"), *[textwrap.dedent(c).strip("\n") for c in cells]]
     nb = {"cells": [{"cell_type": "code", "execution_count": None, "id": f"c{i}", "metadata": {}, "outputs": [],
                      "source": source} for i, source in enumerate(sources)],
           "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
@@ -72,7 +59,7 @@ def notebook(*cells: str) -> bytes:
 
 def test_the_graders_fashionvit_is_the_notebooks_given_model():
     namespace: dict = {}
-    exec(IMPORTS + _given_cell(), namespace)  # noqa: S102 - the locked "given" cell of the exercise, from the repo
+    exec(IMPORTS + given_cell("09_training"), namespace)  # noqa: S102 - the locked "given" cell of the exercise, from the repo
     theirs, ours = namespace["FashionViT"](), FashionViT()
     assert [(k, tuple(v.shape)) for k, v in theirs.state_dict().items()] == \
         [(k, tuple(v.shape)) for k, v in ours.state_dict().items()]
@@ -504,7 +491,8 @@ def test_the_courses_solution_passes_in_the_sandbox(zygote):
     from autograder.batch.submission import RunInputs
 
     inputs = RunInputs(b"a grading job's secret key").for_submission("honest", "09_training")
-    result, output = grade(zygote, notebook(_solution_cell()), timeout=30, inputs=inputs)
+    answer = notebook_cell("09_training", "train_to_accuracy_answer")
+    result, output = grade(zygote, notebook(answer), timeout=30, inputs=inputs)
     assert result.passed and result.score == Q.points, result.feedback + output[-500:]
 
 

@@ -8,21 +8,15 @@ nothing of :mod:`autograder.judging.judge`: the judge looks an entry up and hand
 """
 from __future__ import annotations
 
-from . import (  # noqa: F401 - importing a chapter adds its entries
-    ch01_tokens,
-    ch02_positional_encoding,
-    ch03_attention,
-    ch04_multihead_attention,
-    ch05_blocks,
-    ch06_patch_embedding,
-    ch07_label_smoothing,
-    ch07_vit,
-    ch08_decoder,
-    ch08_kvcache,
-    ch09_training,
-    concepts,
-)
+import importlib
+import pkgutil
+
 from ._entry import _ENTRIES, Entry, add
+
+# Every module of this folder whose name has no leading underscore is a chapter's (or the concepts')
+# catalogue, named like its module in autograder.questions; importing it adds its entries.
+for _chapter in sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_")):
+    importlib.import_module(f"{__name__}.{_chapter}")
 
 __all__ = ["Entry", "add", "entry"]
 

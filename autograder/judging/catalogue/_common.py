@@ -13,6 +13,17 @@ def parts(**names):
     return build
 
 
+def function_answer(name: str, fn):
+    """A ``build`` for a function question whose answer is called with positional arguments: a function named
+    ``name`` (the question's answer name) returning ``fn`` of them, whatever the parts."""
+    def build(parts):
+        def answer(*args):
+            return fn(*args)
+        answer.__name__ = answer.__qualname__ = name
+        return answer
+    return build
+
+
 def mistaken_mask_softmax(scores, mask, mask_mode="fill", softmax_dim=-1, fill=float("-inf")):
     """Attention weights from ``scores`` as a catalogue mistake computes them. ``mask_mode``:
     ``"fill"`` (right: blocked = mask 0 gets ``fill``), ``"inverted"`` (fills where mask != 0),

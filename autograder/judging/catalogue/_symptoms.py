@@ -280,6 +280,15 @@ def by_tag(key: str, tags, title: str, sentence: str, ask: str) -> Mistake:
     return symptom(key, title, sentence, ask, lambda view: sentence if _failing_tags(view) == wanted else None)
 
 
+def gradient_differs(reached: str) -> Mistake:
+    """Only the gradient cases fail (tag ``grads``): the output does not reach ``reached`` ("the images and
+    every parameter") through autograd."""
+    return by_tag("gradient_differs", "grads", "right outputs, wrong gradients",
+                  f"the outputs are right but the gradients are not: the output must reach {reached} through "
+                  f"autograd (no .detach(), .data or numpy)",
+                  "Your outputs are right and their gradients are not: where does autograd lose the path?")
+
+
 def keyed(problem, which: str, *args):
     """A symptom's test from a shared reading: ``problem(view, *args)`` finds the first thing wrong as
     ``(key, sentence)`` (or None), and this symptom is the one whose key is ``which``. The reading is
@@ -459,28 +468,32 @@ def _fully_masked_rows_only(row) -> bool:
     return False
 
 
-def _masked_cases_only(view: View) -> str | None:
+def _mask_failure(view: View) -> str | None:
+    """How an answer right without a mask fails with one: ``"fully_masked"`` when only inputs with a fully
+    masked row (a query whose keys are all blocked) fail, ``"masked"`` otherwise, None when the failing cases
+    are not the masked ones."""
     failing = view.failing
     if not failing or not all(_has_mask(r.case) and _differs(r) for r in failing):
         return None
     if not any(r.status == "ok" for r in view.rows if not _has_mask(r.case)):
         return None
     if all(r.case.params.get("full_rows") and _fully_masked_rows_only(r) for r in failing):
+        return "fully_masked"
+    return "masked"
+
+
+def _masked_cases_only(view: View) -> str | None:
+    if _mask_failure(view) != "masked":
         return None
     return ("your answer is right without a mask but not with one: blocked keys (mask == 0) get a large negative "
             "score (-1e9) before the softmax, allowed keys (mask == 1) keep theirs")
 
 
 def _fully_masked_only(view: View) -> str | None:
-    failing = view.failing
-    if not failing or not all(_has_mask(r.case) and _differs(r) for r in failing):
+    if _mask_failure(view) != "fully_masked":
         return None
-    if not any(r.status == "ok" for r in view.rows if not _has_mask(r.case)):
-        return None
-    if all(r.case.params.get("full_rows") and _fully_masked_rows_only(r) for r in failing):
-        return ("only the inputs with a fully masked row fail: a query whose keys are all blocked must not give "
-                "NaN; with -1e9 its weights are uniform, with -inf and a fix they are zero (both accepted)")
-    return None
+    return ("only the inputs with a fully masked row fail: a query whose keys are all blocked must not give "
+            "NaN; with -1e9 its weights are uniform, with -inf and a fix they are zero (both accepted)")
 
 
 MASKS = (

@@ -10,6 +10,7 @@ import vitref
 from ..model import Mistake
 from ._entry import add
 from ._changes import patch_order
+from ._common import function_answer
 from ._symptoms import FLOAT64_RAISES, INTEGER_TIMES_FLOAT, PROPERTIES, RECIPE_SAYS
 
 
@@ -87,11 +88,8 @@ add('patches', references=lambda: [vitref.image_to_patches],
 
 
 def _embed_variant(fn):
-    def build(parts):
-        def embed(token_ids, weight):
-            return fn(token_ids, weight)
-        return embed
-    return build
+    """An ``embed(token_ids, weight)`` that returns ``fn(token_ids, weight)``."""
+    return function_answer("embed", fn)
 
 
 EMBED_MISTAKES = [

@@ -420,34 +420,35 @@ def _post_block(layout):
     return build
 
 
+_POST_PARTS = ("MultiHeadAttention", "FeedForwardBlock")
+
+
+def _post(key, title, hint):
+    """A post-LN block mistake: the block :func:`_post_block` writes for ``key``, on the given attention and
+    feed-forward block."""
+    return Mistake(key, title, hint, _post_block(key), _POST_PARTS)
+
+
 POST_MISTAKES = [
-    Mistake("pre_ln", "pre-LN: LayerNorm before the sub-layers",
-            "Post-LN (the original Transformer) normalises after the residual sum: x = LN(x + MSA(x)), "
-            "then x = LN(x + MLP(x)).", _post_block("pre_ln"), ("MultiHeadAttention", "FeedForwardBlock")),
-    Mistake("no_residual", "the residual connections are missing",
-            "Add each sub-layer's input back before normalising: LN(x + MSA(x)).",
-            _post_block("no_residual"), ("MultiHeadAttention", "FeedForwardBlock")),
-    Mistake("residual_after_norm", "LayerNorm on the sub-layer output only",
-            "Normalise the sum: x = LN(x + MSA(x)), not x + LN(MSA(x)).",
-            _post_block("residual_after_norm"), ("MultiHeadAttention", "FeedForwardBlock")),
-    Mistake("norm_reused", "norm1 used for both sub-layers (norm2 never used)",
-            "Each sum has its own LayerNorm: x = self.norm1(x + MSA(x)), then x = self.norm2(x + MLP(x)).",
-            _post_block("norm_reused"), ("MultiHeadAttention", "FeedForwardBlock")),
-    Mistake("mlp_on_input", "the feed-forward block applied to the block's input, not to the first sum",
-            "The second sub-layer reads the output of the first: h = LN(x + MSA(x)); out = LN(h + MLP(h)).",
-            _post_block("mlp_on_input"), ("MultiHeadAttention", "FeedForwardBlock")),
-    Mistake("residual_from_input", "the second residual adds the block's input instead of the first sum",
-            "Add the feed-forward block's own input back: h = LN(x + MSA(x)); out = LN(h + MLP(h)).",
-            _post_block("residual_from_input"), ("MultiHeadAttention", "FeedForwardBlock")),
-    Mistake("ffn_first", "sub-layers in the wrong order: feed-forward before attention",
-            "Attention first: x = LN(x + MSA(x)), then x = LN(x + MLP(x)).",
-            _post_block("ffn_first"), ("MultiHeadAttention", "FeedForwardBlock")),
-    Mistake("missing_second_norm", "no LayerNorm after the second residual sum",
-            "Post-LN normalises after each sum: the block ends with self.norm2(x + MLP(x)).",
-            _post_block("missing_second_norm"), ("MultiHeadAttention", "FeedForwardBlock")),
-    Mistake("norm_then_residual", "LayerNorm first, then the residual sum of the normalised x",
-            "Post-LN adds the raw input and normalises the sum: x = LN(x + MSA(x)), not x = LN(x); x = x + MSA(x).",
-            _post_block("norm_then_residual"), ("MultiHeadAttention", "FeedForwardBlock")),
+    _post("pre_ln", "pre-LN: LayerNorm before the sub-layers",
+          "Post-LN (the original Transformer) normalises after the residual sum: x = LN(x + MSA(x)), "
+          "then x = LN(x + MLP(x))."),
+    _post("no_residual", "the residual connections are missing",
+          "Add each sub-layer's input back before normalising: LN(x + MSA(x))."),
+    _post("residual_after_norm", "LayerNorm on the sub-layer output only",
+          "Normalise the sum: x = LN(x + MSA(x)), not x + LN(MSA(x))."),
+    _post("norm_reused", "norm1 used for both sub-layers (norm2 never used)",
+          "Each sum has its own LayerNorm: x = self.norm1(x + MSA(x)), then x = self.norm2(x + MLP(x))."),
+    _post("mlp_on_input", "the feed-forward block applied to the block's input, not to the first sum",
+          "The second sub-layer reads the output of the first: h = LN(x + MSA(x)); out = LN(h + MLP(h))."),
+    _post("residual_from_input", "the second residual adds the block's input instead of the first sum",
+          "Add the feed-forward block's own input back: h = LN(x + MSA(x)); out = LN(h + MLP(h))."),
+    _post("ffn_first", "sub-layers in the wrong order: feed-forward before attention",
+          "Attention first: x = LN(x + MSA(x)), then x = LN(x + MLP(x))."),
+    _post("missing_second_norm", "no LayerNorm after the second residual sum",
+          "Post-LN normalises after each sum: the block ends with self.norm2(x + MLP(x))."),
+    _post("norm_then_residual", "LayerNorm first, then the residual sum of the normalised x",
+          "Post-LN adds the raw input and normalises the sum: x = LN(x + MSA(x)), not x = LN(x); x = x + MSA(x)."),
 ]
 
 add('post_ln_block', references=_block_reference(False),

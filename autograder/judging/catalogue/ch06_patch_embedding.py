@@ -19,6 +19,9 @@ from ._changes import patch_order, table_mistakes
 from ._symptoms import FRESH_CLASS_TOKEN, GRADIENT_DIFFERS, PROPERTIES, RECIPE_SAYS, tokens
 from .ch01_tokens import PATCH_MISTAKES
 
+# The part the answers that add positions build on: the notebook's given getPositionEncoding.
+_NEEDS_PE = ("getPositionEncoding",)
+
 PATCH = "b c (h s1) (w s2) -> b (h w) (s1 s2 c)"
 
 
@@ -153,7 +156,7 @@ def _projection_mistakes(positions_forms):
     found = []
     for m in Q2_MISTAKES:
         forms = [_with_q2(m.build, positions=kind) for kind in positions_forms]
-        found.append(Mistake(m.key, m.title, m.hint, forms[0], ("getPositionEncoding",), also=tuple(forms[1:])))
+        found.append(Mistake(m.key, m.title, m.hint, forms[0], _NEEDS_PE, also=tuple(forms[1:])))
     return found
 
 
@@ -226,7 +229,7 @@ def _q3(cls_mode, positions=None):
 
 
 def _q3_mistake(key, title, hint, cls_mode):
-    return Mistake(key, title, hint, _q3(cls_mode), ("getPositionEncoding",),
+    return Mistake(key, title, hint, _q3(cls_mode), _NEEDS_PE,
                    also=(_q3(cls_mode, "sinusoidal"), _q3(cls_mode, "learned")))
 
 
@@ -243,7 +246,7 @@ Q3_MISTAKES = [
 Q3_MISTAKES += [
     Mistake("cls_cat_wrong_dim", "class token concatenated along the embedding axis (dim=-1)",
             "Tokens are stacked along dim=1: torch.cat([cls_tokens, x], dim=1) gives (B, N + 1, emb_size).",
-            _embedding(cls="cat_wrong_dim"), ("getPositionEncoding",),
+            _embedding(cls="cat_wrong_dim"), _NEEDS_PE,
             also=(_embedding(cls="cat_wrong_dim", positions="sinusoidal"),
                   _embedding(cls="cat_wrong_dim", positions="learned"))),
     *_projection_mistakes((None, "sinusoidal", "learned")),
@@ -291,22 +294,24 @@ def _q4(mode):
     return build
 
 
+def _q4_mistake(key, title, hint, mode):
+    """A Q4 mistake: the PatchEmbedding :func:`_q4` writes for ``mode``, on the given getPositionEncoding."""
+    return Mistake(key, title, hint, _q4(mode), _NEEDS_PE)
+
+
 Q4_MISTAKES = [
-    Mistake("learned_positions", "the learnable positions were added, not the sinusoids",
-            "Q4 asks for the fixed table: add self.sinusoids_positions built with getPositionEncoding.",
-            _q4("learned"), ("getPositionEncoding",)),
-    Mistake("no_positions", "no positional encoding added",
-            "Add the (N + 1, emb_size) sinusoidal table to the tokens after the class token is prepended.",
-            _q4("none"), ("getPositionEncoding",)),
-    Mistake("positions_before_cls", "positions added before the class token was prepended (offset by one)",
-            "Prepend the class token first, then add getPositionEncoding(N + 1, emb_size): the class "
-            "token gets row 0 and patch k row k + 1.", _q4("before_cls"), ("getPositionEncoding",)),
-    Mistake("swapped_arguments", "getPositionEncoding(emb_size, N + 1): arguments swapped",
-            "The table has one row per token: getPositionEncoding(seq_len=N + 1, d=emb_size).",
-            _q4("swapped"), ("getPositionEncoding",)),
-    Mistake("seq_len_num_patches", "a table for N positions instead of N + 1",
-            "With the class token there are N + 1 tokens: seq_len = (img_size // patch_size) ** 2 + 1.",
-            _q4("num_patches"), ("getPositionEncoding",)),
+    _q4_mistake("learned_positions", "the learnable positions were added, not the sinusoids",
+                "Q4 asks for the fixed table: add self.sinusoids_positions built with getPositionEncoding.", "learned"),
+    _q4_mistake("no_positions", "no positional encoding added",
+                "Add the (N + 1, emb_size) sinusoidal table to the tokens after the class token is prepended.", "none"),
+    _q4_mistake("positions_before_cls", "positions added before the class token was prepended (offset by one)",
+                "Prepend the class token first, then add getPositionEncoding(N + 1, emb_size): the class "
+                "token gets row 0 and patch k row k + 1.", "before_cls"),
+    _q4_mistake("swapped_arguments", "getPositionEncoding(emb_size, N + 1): arguments swapped",
+                "The table has one row per token: getPositionEncoding(seq_len=N + 1, d=emb_size).", "swapped"),
+    _q4_mistake("seq_len_num_patches", "a table for N positions instead of N + 1",
+                "With the class token there are N + 1 tokens: seq_len = (img_size // patch_size) ** 2 + 1.",
+                "num_patches"),
 ]
 
 def _notebook_pe(seq_len, d, n=10000):
@@ -331,21 +336,21 @@ Q4_MISTAKES = [m if m.key != "swapped_arguments" else
 Q4_MISTAKES += [
     Mistake("both_positions", "both tables added: the learnable positions and the sinusoids",
             "Q4 adds only the fixed sinusoidal table: x + self.sinusoids_positions.",
-            _embedding(positions="both"), ("getPositionEncoding",)),
+            _embedding(positions="both"), _NEEDS_PE),
     Mistake("cls_without_position", "no position added to the class token",
             "Add the whole (N + 1, emb_size) table after prepending the class token: token 0 gets row 0.",
-            _embedding(positions="cls_without"), ("getPositionEncoding",)),
+            _embedding(positions="cls_without"), _NEEDS_PE),
     Mistake("base_not_default", "getPositionEncoding(N + 1, emb_size, patch_size): the base n is not the default",
             "Two arguments: getPositionEncoding(seq_len=N + 1, d=emb_size); the third, n, keeps its default 10000.",
-            _embedding(positions="sinusoidal", table="base_patch"), ("getPositionEncoding",)),
+            _embedding(positions="sinusoidal", table="base_patch"), _NEEDS_PE),
     Mistake("positions_from_one", "positions counted from 1: rows 1 to N + 1 of the table",
             "Token k gets row k of getPositionEncoding(N + 1, emb_size), the class token row 0.",
-            _embedding(positions="sinusoidal", table="from_one"), ("getPositionEncoding",)),
+            _embedding(positions="sinusoidal", table="from_one"), _NEEDS_PE),
     # the class token's mistakes (Q3) and the projection's (Q2), seen through the final class
-    *(Mistake(m.key, m.title, m.hint, _q3(cls_mode, "sinusoidal"), ("getPositionEncoding",))
+    *(Mistake(m.key, m.title, m.hint, _q3(cls_mode, "sinusoidal"), _NEEDS_PE)
       for m, cls_mode in zip(Q3_MISTAKES[:3], ("not_repeated", "at_end", "added"))),
     Mistake("cls_cat_wrong_dim", Q3_MISTAKES[3].title, Q3_MISTAKES[3].hint,
-            _embedding(cls="cat_wrong_dim", positions="sinusoidal"), ("getPositionEncoding",)),
+            _embedding(cls="cat_wrong_dim", positions="sinusoidal"), _NEEDS_PE),
     *_projection_mistakes(("sinusoidal",)),
 ]
 

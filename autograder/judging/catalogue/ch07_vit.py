@@ -13,10 +13,11 @@ import vitref
 
 from ..model import Mistake
 from ._entry import add
-from ._common import parts
+from ._common import function_answer, parts
 from ..diagnosis import View
 from ._changes import blocks_reversed
-from ._symptoms import FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES, RECIPE_SAYS, by_tag, first_wrong_output, symptom
+from ._symptoms import (FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES, RECIPE_SAYS, by_tag, first_wrong_output,
+                        gradient_differs, symptom)
 
 
 def _vit_reference():
@@ -222,10 +223,7 @@ _VIT_OUTPUTS = {
 
 VIT_SYMPTOMS = (
     *PROPERTIES[1:], FLOAT_MIX, FRESH_CLASS_TOKEN, PROPERTIES[0],
-    by_tag("gradient_differs", "grads", "right outputs, wrong gradients",
-           "the outputs are right but the gradients are not: the output must reach the images and every parameter "
-           "through autograd (no .detach(), .data or numpy)",
-           "Your outputs are right and their gradients are not: where does autograd lose the path?"),
+    gradient_differs("the images and every parameter"),
     symptom("attention_maps_wrong", "right logits, wrong attention maps",
             "Return each block's weights (B, heads, N+1, N+1), in block order, as a list.",
             "Your logits are right: what exactly should the list of attention maps hold, and in which order?",
@@ -264,11 +262,8 @@ def _ce_reference():
 
 
 def _ce(fn):
-    def build(parts):
-        def cross_entropy(logits, targets):
-            return fn(logits, targets)
-        return cross_entropy
-    return build
+    """A ``cross_entropy(logits, targets)`` that returns ``fn(logits, targets)``."""
+    return function_answer("cross_entropy", fn)
 
 
 def _log_softmax(x, dim=-1):
@@ -362,9 +357,8 @@ CE_MISTAKES = [
 
 
 def _ce_shape(view: View) -> str | None:
-    for case, student_case in view.cases:
-        loss = (student_case.get("outputs") or {}).get("loss")
-        if loss is not None and np.shape(loss) not in ((), (1,)):
+    for case, loss in view.outputs("loss"):
+        if np.shape(loss) not in ((), (1,)):
             return (f"the loss should be a single number (the mean over the batch), got shape {np.shape(loss)} "
                     f"on input {case.label}")
     return None
@@ -389,9 +383,8 @@ def _ce_ratio(view: View) -> str | None:
 
 
 def _ce_not_finite(view: View) -> str | None:
-    for case, student_case in view.cases:
-        loss = (student_case.get("outputs") or {}).get("loss")
-        if loss is not None and not np.all(np.isfinite(np.asarray(loss, dtype=np.float64))):
+    for case, loss in view.outputs("loss"):
+        if not np.all(np.isfinite(np.asarray(loss, dtype=np.float64))):
             return (f"the loss is {float(np.ravel(loss)[0])} on input {case.label}: the log-softmax overflows or "
                     f"underflows; subtract each row's maximum before exp and never take log(softmax)")
     return None

@@ -18,7 +18,7 @@ from ...questions.common import first_if_tuple
 from ._common import mistaken_mask_softmax, parts
 from ..diagnosis import View
 from ._changes import norms_swapped, relu_for_gelu, values_from_keys
-from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE, by_tag, keyed, symptom
+from ._symptoms import FLOAT_MIX, PROPERTIES, RECIPE_SAYS, RETURNS_TUPLE, by_tag, gradient_differs, keyed, symptom
 from ...questions.ch08_decoder import (
     cross_mask,
 )
@@ -70,10 +70,9 @@ MASK_MISTAKES = [
 
 def _mask_problem(view: View) -> tuple[str, str] | None:
     """(which, sentence), read off the student's (T, T) mask directly."""
-    for case, student_case in view.cases:
-        mask = (student_case.get("outputs") or {}).get("mask")
+    for case, mask in view.outputs("mask"):
         T = case.params["T"]
-        if mask is None or T < 2:
+        if T < 2:
             continue
         mask = np.asarray(mask, dtype=np.float64)
         if mask.shape != (T, T):
@@ -311,10 +310,7 @@ def _sums_problem(w, allowed) -> tuple[str, str] | None:
 def _cross_weights(which: str):
     """Properties of the returned attention weights, whatever the scores."""
     def detect(view: View) -> str | None:
-        for case, student_case in view.cases:
-            got = (student_case.get("outputs") or {}).get("weights")
-            if got is None:
-                continue
+        for case, got in view.outputs("weights"):
             p = case.params
             found = weights_problem(got, cross_mask(p))
             B, T, S = p["x"][0], p["x"][1], p["c"][1]
@@ -329,10 +325,7 @@ def _cross_weights(which: str):
 
 def _cross_outputs(which: str):
     def detect(view: View) -> str | None:
-        for case, student_case in view.cases:
-            out = (student_case.get("outputs") or {}).get("out")
-            if out is None:
-                continue
+        for case, out in view.outputs("out"):
             if np.isnan(np.asarray(out, dtype=np.float64)).any() and case.params.get("full_rows"):
                 return ("a query that may see no context position gets NaN: with -inf fills its softmax is 0/0; fill "
                         "the blocked scores with -1e9 instead") if which == "nan" else None
@@ -360,10 +353,7 @@ CROSS_SYMPTOMS = (
            "the output is right but the weights returned with return_attention=True are not: return the softmax "
            "weights (B, heads, T, S), after masking",
            "Your output is right: which tensor do you return as the weights, and is it taken after the softmax?"),
-    by_tag("gradient_differs", "grads", "right outputs, wrong gradients",
-           "the outputs are right but the gradients are not: the output must reach x, context and every parameter "
-           "through autograd (no .detach(), .data or numpy)",
-           "Your outputs are right and their gradients are not: where does autograd lose the path?"),
+    gradient_differs("x, context and every parameter"),
     symptom("weights_nan", "NaN attention weights", "Fill blocked scores with -1e9 instead of -inf.",
             "Where do your weights become NaN, and what does the softmax of a row of -inf give?",
             _cross_weights("nan")),
@@ -640,10 +630,7 @@ DEC_SYMPTOMS = (
     by_tag("causal_case_wrong", "causal", "the causal case fails",
            "with self_mask='causal' the outputs at earlier positions must not depend on later tokens",
            "With self_mask='causal', what may token t see?"),
-    by_tag("gradient_differs", "grads", "right outputs, wrong gradients",
-           "the outputs are right but the gradients are not: the output must reach x, context and every parameter "
-           "through autograd (no .detach(), .data or numpy)",
-           "Your outputs are right and their gradients are not: where does autograd lose the path?"),
+    gradient_differs("x, context and every parameter"),
     symptom("causal_mask_wrong", "right without a mask, wrong with self_mask='causal'",
             "Pass causal=True to self.self_attn when self_mask == 'causal' (token t attends tokens s <= t).",
             "Your block is right without a mask: what does self_mask='causal' change in the self-attention?",
