@@ -87,21 +87,24 @@ def _dims(p):
     return dims
 
 
-def _case(label, **p):
+def _case(note: str = "", sized: bool = False, **p) -> Case:
+    """A case, labelled from its parameters as the module is built and called (``sized``: with
+    ``img_size``), then ``note`` (what else the case checks)."""
+    height, width = _hw(p)
+    size = f", img_size={p['img']}" if sized else ""
+    kind = "float64 " if p.get("dtype") == "float64" else ""
+    label = (f"PatchEmbedding(in_channels={p['C']}, patch_size={p['P']}, emb_size={p['E']}{size}), "
+             f"{kind}images ({p['B']}, {p['C']}, {height}, {width}){note}")
     return Case(label, {"biases": True, **p}, _dims(p))
 
 
 # --------------------------------------------------------------------------- q2 projection
 
 Q2_CASES = [
-    _case("PatchEmbedding(in_channels=3, patch_size=4, emb_size=10), images (2, 3, 8, 8)",
-          C=3, P=4, E=10, img=8, B=2, seed=131),
-    _case("PatchEmbedding(in_channels=1, patch_size=2, emb_size=6), images (1, 1, 6, 6)",
-          C=1, P=2, E=6, img=6, B=1, seed=132),
-    _case("PatchEmbedding(in_channels=2, patch_size=2, emb_size=6), images (3, 2, 4, 4)",
-          C=2, P=2, E=6, img=4, B=3, seed=133),
-    _case("PatchEmbedding(in_channels=2, patch_size=2, emb_size=10), float64 images (2, 2, 4, 6) (not square): "
-          "the output and the gradients of the images and of the projection's parameters",
+    _case(C=3, P=4, E=10, img=8, B=2, seed=131),
+    _case(C=1, P=2, E=6, img=6, B=1, seed=132),
+    _case(C=2, P=2, E=6, img=4, B=3, seed=133),
+    _case(" (not square): the output and the gradients of the images and of the projection's parameters",
           C=2, P=2, E=10, img=4, H=4, W=6, B=2, seed=134, dtype="float64", grads=True, param_grads=True),
 ]
 
@@ -136,14 +139,10 @@ register(Question(id="q2", chapter="06_patch_embedding",
 TABLE_FREE = ("grad_images", "param_grads")
 
 Q3_CASES = [
-    _case("PatchEmbedding(in_channels=3, patch_size=4, emb_size=10, img_size=8), images (1, 3, 8, 8)",
-          C=3, P=4, E=10, img=8, B=1, seed=141),
-    _case("PatchEmbedding(in_channels=3, patch_size=4, emb_size=10, img_size=8), images (3, 3, 8, 8)",
-          C=3, P=4, E=10, img=8, B=3, seed=142),
-    _case("PatchEmbedding(in_channels=1, patch_size=2, emb_size=6, img_size=6), images (2, 1, 6, 6)",
-          C=1, P=2, E=6, img=6, B=2, seed=143),
-    _case("PatchEmbedding(in_channels=2, patch_size=2, emb_size=6, img_size=4), float64 images (2, 2, 4, 4), "
-          "gradients of the images and of every parameter", C=2, P=2, E=6, img=4, B=2, seed=144,
+    _case(sized=True, C=3, P=4, E=10, img=8, B=1, seed=141),
+    _case(sized=True, C=3, P=4, E=10, img=8, B=3, seed=142),
+    _case(sized=True, C=1, P=2, E=6, img=6, B=2, seed=143),
+    _case(", gradients of the images and of every parameter", sized=True, C=2, P=2, E=6, img=4, B=2, seed=144,
           dtype="float64", grads=True, param_grads=("cls", "class", "proj", "weight", "bias"),
           float64_outputs=TABLE_FREE),
 ]
@@ -171,12 +170,10 @@ register(Question(id="q3", chapter="06_patch_embedding", title="Q3 class token (
 # --------------------------------------------------------------------------- q4 sinusoidal positions
 
 Q4_CASES = [
-    _case("PatchEmbedding(in_channels=3, patch_size=4, emb_size=10, img_size=8), images (2, 3, 8, 8)",
-          C=3, P=4, E=10, img=8, B=2, seed=151),
-    _case("PatchEmbedding(in_channels=1, patch_size=2, emb_size=6, img_size=8), images (1, 1, 8, 8)",
-          C=1, P=2, E=6, img=8, B=1, seed=152),
-    _case("PatchEmbedding(in_channels=2, patch_size=2, emb_size=6, img_size=4), float64 images (3, 2, 4, 4), "
-          "gradients of the images and of the class token and projection", C=2, P=2, E=6, img=4, B=3, seed=153,
+    _case(sized=True, C=3, P=4, E=10, img=8, B=2, seed=151),
+    _case(sized=True, C=1, P=2, E=6, img=8, B=1, seed=152),
+    _case(", gradients of the images and of the class token and projection", sized=True,
+          C=2, P=2, E=6, img=4, B=3, seed=153,
           dtype="float64", grads=True, param_grads=("cls", "class", "proj", "weight", "bias"),
           float64_outputs=TABLE_FREE),
 ]

@@ -37,37 +37,38 @@ register(Question(id="causal_mask", chapter="08_decoder", title="Causal mask", p
 
 # --------------------------------------------------------------------------- cross-attention
 
-def _cross_case(label, E, h, ctx, x, c, seed, dims, **extra):
+def _shapes(p: dict, heads: bool = False) -> tuple[str, dict]:
+    """The part of a case's label after the module (its dtype, x and context) and the names of its
+    sizes for messages: x (B, T, ...), context (B, S, ...), the width, the context's width."""
+    kind = " in float64" if p.get("dtype") == "float64" else ""
+    dims = {p["x"][0]: "B", **({p["h"]: "heads"} if heads else {}), p["x"][1]: "T", p["c"][1]: "S"}
+    return f"{kind}, x {p['x']}, context {p['c']}", dims
+
+
+def _cross_case(E, h, ctx, x, c, seed, note="", **extra):
+    """A CrossAttention case, labelled from its parameters; ``note``: what else it checks."""
     # the exercise fixes key_value's layout, (kv h d): only that layout of the student's weights is tried
-    return Case(label, {"E": E, "h": h, "ctx": ctx, "x": x, "c": c, "seed": seed, "fused_layouts": 1, **extra},
-                dims)
+    params = {"E": E, "h": h, "ctx": ctx, "x": x, "c": c, "seed": seed, "fused_layouts": 1, **extra}
+    shapes, dims = _shapes(params, heads=bool(extra.get("return_attention")))
+    width = f", context_dim={ctx}" if ctx else ""
+    return Case(f"CrossAttention(emb_size={E}, num_heads={h}{width}){shapes}{note}", params,
+                {**dims, E: "E", **({ctx: "context_dim"} if ctx else {})})
 
 
 CROSS_CASES = [
-    _cross_case("CrossAttention(emb_size=8, num_heads=2, context_dim=6), x (3, 4, 8), context (3, 5, 6)",
-                8, 2, 6, (3, 4, 8), (3, 5, 6), 191, {3: "B", 4: "T", 5: "S", 8: "E", 6: "context_dim"}),
-    _cross_case("CrossAttention(emb_size=12, num_heads=3), x (1, 2, 12), context (1, 7, 12)",
-                12, 3, None, (1, 2, 12), (1, 7, 12), 192, {1: "B", 2: "T", 7: "S", 12: "E"}),
-    _cross_case("CrossAttention(emb_size=8, num_heads=4, context_dim=10), x (2, 5, 8), context (2, 3, 10)",
-                8, 4, 10, (2, 5, 8), (2, 3, 10), 193, {2: "B", 5: "T", 3: "S", 8: "E", 10: "context_dim"}),
-    _cross_case("CrossAttention(emb_size=8, num_heads=2, context_dim=6), x (2, 3, 8), context (2, 5, 6), "
-                "context padding mask (2, 1, 1, 5)",
-                8, 2, 6, (2, 3, 8), (2, 5, 6), 194, {2: "B", 3: "T", 5: "S", 8: "E", 6: "context_dim"},
+    _cross_case(8, 2, 6, (3, 4, 8), (3, 5, 6), 191),
+    _cross_case(12, 3, None, (1, 2, 12), (1, 7, 12), 192),
+    _cross_case(8, 4, 10, (2, 5, 8), (2, 3, 10), 193),
+    _cross_case(8, 2, 6, (2, 3, 8), (2, 5, 6), 194, ", context padding mask (2, 1, 1, 5)",
                 mask=(2, 1, 1, 5), tests="mask"),
-    _cross_case("CrossAttention(emb_size=8, num_heads=2, context_dim=6), x (3, 4, 8), context (3, 5, 6), "
-                "return_attention=True",
-                8, 2, 6, (3, 4, 8), (3, 5, 6), 195, {3: "B", 2: "heads", 4: "T", 5: "S", 8: "E", 6: "context_dim"},
-                return_attention=True, tests="weights"),
-    _cross_case("CrossAttention(emb_size=12, num_heads=3, context_dim=8) in float64, x (2, 3, 12), context "
-                "(2, 4, 8), mask (2, 1, 3, 4) in which query 2 of example 1 may see no context position, "
-                "return_attention=True",
-                12, 3, 8, (2, 3, 12), (2, 4, 8), 196, {2: "B", 3: "T", 4: "S", 12: "E", 8: "context_dim"},
+    _cross_case(8, 2, 6, (3, 4, 8), (3, 5, 6), 195, ", return_attention=True", return_attention=True, tests="weights"),
+    _cross_case(12, 3, 8, (2, 3, 12), (2, 4, 8), 196, ", mask (2, 1, 3, 4) in which query 2 of example 1 may see no "
+                "context position, return_attention=True",
                 mask=(2, 1, 3, 4), full_rows=[(1, 0, 2)], dtype="float64", return_attention=True,
                 tests="mask_full"),
-    _cross_case("CrossAttention(emb_size=8, num_heads=2, context_dim=6) in float64, x (2, 3, 8), context "
-                "(2, 5, 6), context padding mask (2, 1, 1, 5), gradients of x, context and every parameter",
-                8, 2, 6, (2, 3, 8), (2, 5, 6), 197, {2: "B", 3: "T", 5: "S", 8: "E", 6: "context_dim"},
-                mask=(2, 1, 1, 5), dtype="float64", grads=True, param_grads=NO_KEY_BIAS, tests="grads"),
+    _cross_case(8, 2, 6, (2, 3, 8), (2, 5, 6), 197, ", context padding mask (2, 1, 1, 5), gradients of x, context and "
+                "every parameter", mask=(2, 1, 1, 5), dtype="float64", grads=True, param_grads=NO_KEY_BIAS,
+                tests="grads"),
 ]
 
 
@@ -145,31 +146,26 @@ register(Question(id="cross_attention", chapter="08_decoder", title="Cross-atten
 
 # --------------------------------------------------------------------------- decoder block
 
+def _decoder_case(D, h, mlp, ctx, x, c, seed, causal=True, note="", **extra):
+    """A DecoderBlock case, labelled from its parameters; ``note``: what else it checks."""
+    params = {"D": D, "h": h, "mlp": mlp, "ctx": ctx, "x": x, "c": c, "causal": causal, "seed": seed,
+              "fused_layouts": 1, **extra}
+    shapes, dims = _shapes(params)
+    width = f", context_dim={ctx}" if ctx else ""
+    mask = ", self_mask='causal'" if causal else ", no mask"
+    return Case(f"DecoderBlock(dim={D}, num_heads={h}, mlp_dim={mlp}{width}){shapes}{mask}{note}", params,
+                {**dims, D: "dim", **({ctx: "context_dim"} if ctx else {})})
+
+
 DEC_CASES = [
-    Case("DecoderBlock(dim=8, num_heads=2, mlp_dim=16, context_dim=6), x (2, 4, 8), context (2, 5, 6), "
-         "self_mask='causal'",
-         {"D": 8, "h": 2, "mlp": 16, "ctx": 6, "x": (2, 4, 8), "c": (2, 5, 6), "causal": True, "seed": 201,
-          "fused_layouts": 1},
-         {2: "B", 4: "T", 5: "S", 8: "dim", 6: "context_dim"}),
-    Case("DecoderBlock(dim=12, num_heads=3, mlp_dim=24), x (1, 3, 12), context (1, 6, 12), no mask",
-         {"D": 12, "h": 3, "mlp": 24, "ctx": None, "x": (1, 3, 12), "c": (1, 6, 12), "causal": False, "seed": 202,
-          "fused_layouts": 1},
-         {1: "B", 3: "T", 6: "S", 12: "dim"}),
-    Case("DecoderBlock(dim=8, num_heads=2, mlp_dim=16, context_dim=6), x (3, 5, 8), context (3, 2, 6), "
-         "self_mask='causal'",
-         {"D": 8, "h": 2, "mlp": 16, "ctx": 6, "x": (3, 5, 8), "c": (3, 2, 6), "causal": True, "seed": 203,
-          "fused_layouts": 1},
-         {3: "B", 5: "T", 2: "S", 8: "dim", 6: "context_dim"}),
-    Case("DecoderBlock(dim=12, num_heads=3, mlp_dim=24), x (2, 6, 12), context (2, 3, 12), self_mask='causal', "
-         "then the same x with its last token changed (earlier outputs must not change)",
-         {"D": 12, "h": 3, "mlp": 24, "ctx": None, "x": (2, 6, 12), "c": (2, 3, 12), "causal": True, "seed": 204,
-          "fused_layouts": 1, "future": True, "tests": "causal"},
-         {2: "B", 6: "T", 3: "S", 12: "dim"}),
-    Case("DecoderBlock(dim=8, num_heads=2, mlp_dim=16, context_dim=6) in float64, x (2, 4, 8), context (2, 3, 6), "
-         "self_mask='causal', gradients of x, context and every parameter",
-         {"D": 8, "h": 2, "mlp": 16, "ctx": 6, "x": (2, 4, 8), "c": (2, 3, 6), "causal": True, "seed": 205,
-          "fused_layouts": 1, "dtype": "float64", "grads": True, "param_grads": NO_KEY_BIAS, "tests": "grads"},
-         {2: "B", 4: "T", 3: "S", 8: "dim", 6: "context_dim"}),
+    _decoder_case(8, 2, 16, 6, (2, 4, 8), (2, 5, 6), 201),
+    _decoder_case(12, 3, 24, None, (1, 3, 12), (1, 6, 12), 202, causal=False),
+    _decoder_case(8, 2, 16, 6, (3, 5, 8), (3, 2, 6), 203),
+    _decoder_case(12, 3, 24, None, (2, 6, 12), (2, 3, 12), 204,
+                  note=", then the same x with its last token changed (earlier outputs must not change)",
+                  future=True, tests="causal"),
+    _decoder_case(8, 2, 16, 6, (2, 4, 8), (2, 3, 6), 205, note=", gradients of x, context and every parameter",
+                  dtype="float64", grads=True, param_grads=NO_KEY_BIAS, tests="grads"),
 ]
 
 
