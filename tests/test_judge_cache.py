@@ -1,13 +1,15 @@
-"""The judge keeps what it built for one submission to use for the next: reference modules by
-structure (:class:`autograder.judging.variants.ModulePool`, only their parameter values reloaded),
-parameter layouts and reference outputs. None of it may carry one answer into another's verdict:
-answers of different students, checked interleaved in one process, get exactly the verdicts they
-get when each is checked alone with every cache emptied first."""
+"""A grading job keeps what its judge worked out for one submission to use for the next: parameter
+layouts (by structure) and reference outputs (by structure and inputs). None of it may carry one
+answer into another's verdict: answers of different students, each on their own inputs, checked
+interleaved in one process, get exactly the verdicts they get when each is checked alone with every
+cache emptied first.
+
+(Keeping the reference modules themselves by structure, with only their parameter values reloaded,
+was tried and measured slower: checking that a run left a module unchanged cost more than building
+it, 9.0 s against 8.1 s for 90 checks.)"""
 from __future__ import annotations
 
 import pytest
-import torch
-from torch import nn
 
 import autograder
 from autograder.judging import variants
@@ -74,52 +76,3 @@ def test_a_class_across_questions_interleaved_in_one_process():
     variants.clear_caches()
     mixed = [_verdict(qid, answer, student) for student, (qid, answer) in reversed(list(enumerate(pairs)))]
     assert mixed == alone[::-1]
-
-
-class _Counter(nn.Module):
-    """A module that keeps state across calls, as a cache does."""
-
-    def __init__(self, dim: int):
-        super().__init__()
-        self.proj = nn.Linear(dim, dim)
-        self.register_buffer("calls", torch.zeros(()))
-        self.seen: list = []
-
-    def forward(self, x):
-        self.seen.append(x.shape[0])
-        return self.proj(x)
-
-
-def test_the_pool_reuses_a_module_its_run_left_unchanged():
-    pool = variants.ModulePool()
-    first = pool.take(nn.Linear, (3, 4), {}, False)
-    pool.give_back([first])
-    assert pool.take(nn.Linear, (3, 4), {}, False) is first
-    assert pool.take(nn.Linear, (3, 4), {}, False) is not first      # one build, one module
-    assert pool.take(nn.Linear, (4, 3), {}, False) is not first      # another structure
-
-
-@pytest.mark.parametrize("change", ["list", "buffer", "submodule", "frozen", "eval"])
-def test_the_pool_never_reuses_a_module_its_run_changed(change):
-    pool = variants.ModulePool()
-    module = pool.take(_Counter, (3,), {}, False)
-    if change == "list":
-        module(torch.zeros(2, 3, dtype=torch.float64))
-    elif change == "buffer":
-        module.calls += 1
-    elif change == "submodule":
-        module.proj = nn.Identity()
-    elif change == "frozen":
-        module.proj.weight.requires_grad_(False)
-    else:
-        module.train(True)
-    pool.give_back([module])
-    assert pool.take(_Counter, (3,), {}, False) is not module
-
-
-def test_a_module_built_from_another_object_is_never_reused():
-    pool = variants.ModulePool()
-    wrapped = nn.Linear(3, 3)
-    module = pool.take(nn.Sequential, (wrapped,), {}, False)
-    pool.give_back([module])
-    assert pool.take(nn.Sequential, (wrapped,), {}, False) is not module

@@ -32,108 +32,6 @@ _MISSING_BIAS = ("a layer of the reference has a bias that none of your paramete
 # --------------------------------------------------------------------------- the judge-side recorder
 
 
-class ModulePool:
-    """The reference modules the judge built, kept by structure (class, constructor arguments,
-    train mode) and handed out again with only their parameter values reloaded: building a
-    module (its layers, ``double()``) cost a quarter of the judge's time, for the same structure
-    each submission. A module goes back to the pool only when its run left it as it was built
-    (:func:`_fingerprint`: the same attributes, buffers untouched); one that keeps state (a
-    cache filled by forward), or that was built from arguments other than plain values, is
-    used once. Within one run every build gets its own module."""
-
-    def __init__(self, capacity: int = 512):
-        self.free: OrderedDict = OrderedDict()       # key -> [(module, fingerprint), ...]
-        self.capacity, self.count = capacity, 0
-
-    def take(self, cls, args: tuple, kwargs: dict, train) -> nn.Module:
-        key = _pool_key(cls, args, kwargs, bool(train))
-        shelf = self.free.get(key) if key is not None else None
-        if shelf:
-            self.count -= 1
-            module, printed = shelf.pop()
-        else:
-            with _without_random_init():        # every parameter is overwritten by the caller
-                module = cls(*args, **kwargs)
-            module.train(bool(train))
-            module.double()
-            printed = _fingerprint(module)
-        module._judge_pool = (key, printed)     # read back by give_back
-        return module
-
-    def give_back(self, modules) -> None:
-        """Return ``modules`` (a run's builds) to the pool, each only if unchanged by the run."""
-        for module in modules:
-            key, printed = module.__dict__.pop("_judge_pool", (None, None))
-            if key is None or printed is None or _fingerprint(module) != printed:
-                continue
-            self.free.setdefault(key, []).append((module, printed))
-            self.free.move_to_end(key)
-            self.count += 1
-            while self.count > self.capacity:
-                _, shelf = self.free.popitem(last=False)
-                self.count -= len(shelf)
-
-    def clear(self) -> None:
-        self.free.clear()
-        self.count = 0
-
-
-_PLAIN = (type(None), bool, int, float, str, bytes, torch.dtype, torch.device)
-
-
-def _pool_key(cls, args: tuple, kwargs: dict, train: bool):
-    """The structure a module is built from, or None when an argument is not a plain value (a
-    module or a function passed in: two builds with equal keys must build equal modules)."""
-    def plain(value) -> bool:
-        return isinstance(value, _PLAIN) or (isinstance(value, tuple) and all(plain(v) for v in value))
-
-    if not (plain(args) and all(plain(v) for v in kwargs.values())):
-        return None
-    return cls, args, tuple(sorted(kwargs.items())), train
-
-
-def _fingerprint(module: nn.Module):
-    """What a run could change in a module besides its parameter values: every submodule's
-    attributes (plain values by value, tensors by identity, storage and version counter), its
-    parameter and submodule objects. None when an attribute holds anything else (the module
-    is then never reused)."""
-    printed = []
-    for name, sub in module.named_modules():
-        attrs = []
-        for key, value in vars(sub).items():
-            if key in ("_parameters", "_modules", "_judge_pool"):
-                continue
-            mark = _attribute_print(value)
-            if mark is None:
-                return None
-            attrs.append((key, mark))
-        params = tuple((n, id(p), p.dtype, tuple(p.shape), p.requires_grad) if p is not None else (n, None)
-                       for n, p in sub._parameters.items())
-        printed.append((name, type(sub), tuple(attrs), params,
-                        tuple((n, id(m)) for n, m in sub._modules.items())))
-    return tuple(printed)
-
-
-def _attribute_print(value, depth: int = 0):
-    if isinstance(value, _PLAIN) or callable(value) and not isinstance(value, nn.Module) and (
-            isinstance(value, type) or getattr(value, "__module__", "") in ("torch", "torch.nn.functional")):
-        return ("value", value) if isinstance(value, _PLAIN) else ("callable", id(value))
-    if isinstance(value, torch.Tensor):
-        return ("tensor", id(value), value.data_ptr(), value._version, tuple(value.shape))
-    if depth < 3 and isinstance(value, (tuple, list)):
-        marks = [_attribute_print(v, depth + 1) for v in value]
-        return None if None in marks else (type(value).__name__, tuple(marks))
-    if depth < 3 and isinstance(value, (set, frozenset)) and all(isinstance(v, _PLAIN) for v in value):
-        return ("set", frozenset(value))
-    if depth < 3 and isinstance(value, dict):
-        marks = [(_attribute_print(k, depth + 1), _attribute_print(v, depth + 1)) for k, v in value.items()]
-        return None if any(None in m for m in marks) else ("dict", tuple(marks))
-    return None
-
-
-MODULES = ModulePool()
-
-
 class NoMoreCandidates(Exception):
     pass
 
@@ -241,7 +139,10 @@ class JudgeCase(ProbeCase):
         return fn(*args, **kwargs)
 
     def build(self, cls, *args, heads=None, head_width=None, train=False, dtype=None, **kwargs):
-        module = MODULES.take(cls, args, kwargs, train)
+        with _without_random_init():        # every parameter is overwritten below
+            module = cls(*args, **kwargs)
+        module.train(bool(train))
+        module.double()
         index = len(self.built)
         records = self.student_case.get("modules") or []
         if index >= len(records):
@@ -358,13 +259,6 @@ def run_variant(question: Question, answer, case_index: int, student_case: dict,
     case = question.cases[case_index]
     recorder = JudgeCase(question, case, case_index, student_case, candidate, verify)
     try:
-        return _run_case(question, answer, case, recorder)
-    finally:
-        MODULES.give_back([module for module, _, _ in recorder.built])
-
-
-def _run_case(question: Question, answer, case: Case, recorder: JudgeCase) -> tuple[dict | None, dict | None, int]:
-    try:
         with torch.set_grad_enabled(needs_grad(question)):
             question.run_case(answer, case, recorder)
     except (NoMoreCandidates, AlignmentError, TamperError, NotApplicable):
@@ -377,8 +271,7 @@ def _run_case(question: Question, answer, case: Case, recorder: JudgeCase) -> tu
 
 
 def clear_caches() -> None:
-    """Forget every reference module, parameter layout and reference output kept so far."""
-    MODULES.clear()
+    """Forget every parameter layout and reference output kept so far."""
     _STATE_CACHE.clear()
     _REF_CACHE.clear()
 
