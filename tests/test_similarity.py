@@ -229,9 +229,9 @@ def test_the_csv_has_one_row_per_pair_with_formulas_neutralised(tmp_path):
         rows = list(csv.reader(fh))
     assert rows[0][:5] == ["assignment", "student_a", "student_b", "score", "shared_weight"]
     assert rows[0][5] == "matched_questions" and len(rows) == 2
-    assignment, a, b, score, _, questions = rows[1]
+    assignment, a, b, score, _, questions, identical, bits = rows[1]
     assert assignment == "03_<b>" and {a, b} == {"'=HYPERLINK(\"x\")", HOSTILE_NAME}
-    assert float(score) == pytest.approx(1.0) and questions == "cell 1"
+    assert float(score) == pytest.approx(1.0) and questions == "cell 1" and identical == "" and bits == "0"
 
 
 def test_the_threshold_option_takes_a_number_in_0_1():
