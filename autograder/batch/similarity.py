@@ -502,10 +502,9 @@ def chance_threshold(answers: Answers, students: int, alpha: float = ALPHA) -> f
         np.add.at(one, steps[mine], both[mine])                           # both hand in that answer
         one[0] += max(0.0, 1.0 - float(both[mine].sum()))                 # they differ (or one has none)
         law = np.convolve(law, one)
-    tail = np.cumsum(law[::-1])[::-1]                                  # P(S >= s / BIT_STEPS)
+    tail = np.append(np.cumsum(law[::-1])[::-1], 0.0)                 # P(S >= s / BIT_STEPS)
     expected = students * (students - 1) / 2 * tail
-    below = np.flatnonzero(expected <= alpha)
-    return float(below[0]) / BIT_STEPS if len(below) else math.inf
+    return float(np.flatnonzero(expected <= alpha)[0]) / BIT_STEPS
 
 
 def joint_cap(students: int) -> int:
