@@ -44,10 +44,15 @@ both hand in ``h`` with the probability the class's pairs show, ``c_h (c_h - 1) 
 (an answer one student wrote is no one's coincidence), independently from one question to the
 next; the law of ``S`` is the convolution of the questions' laws (:func:`chance_threshold`). A
 pair is reported when it hands in identical answers to at least ``MIN_IDENTICAL`` questions
-(one answer never decides; the copy of one long answer is the fingerprints' case) and ``S``
+that at most half the class answers so (``MIN_BITS``: one answer never decides, and an answer
+everyone hands in does not make a second; the copy of one long answer is the fingerprints'
+case) and ``S``
 reaches the least ``t`` with ``n (n - 1) / 2 · P(S >= t) <= ALPHA``: a union (Bonferroni) bound,
-at most ``ALPHA`` pairs of the class expected to reach it by chance. The class's own copies
-count in ``c_h``, which only makes chance look likelier (the rule stricter). Pairs are proposed
+at most ``ALPHA`` pairs of the class expected to reach it by chance. In the law (not in the
+surprisals), a group of submissions already reported as copies (by the fingerprints, then by
+this rule, :func:`hands`) counts as one hand: what a copier copied is no independent
+coincidence; the law is estimated again until no new pair comes (at most ``JOINT_ROUNDS``).
+The copies not found still count twice, which only makes chance look likelier. Pairs are proposed
 by an index of the answers at most :func:`joint_cap` submissions hand in (10% of the class, at
 least 3, at most ``MAX_SHARED``): at most ``MAX_SHARED - 1`` proposals per answer of a
 submission; a proposal is scored only when what it shares there, plus the most its common
@@ -94,8 +99,10 @@ MIN_RARE = 2                # rare fingerprints a pair must share to be scored
 MIN_EVIDENCE = 3.0          # the least shared weight that can make a pair (6 fingerprints only the two have)
 DEFAULT_THRESHOLD = 0.8     # the score from which a pair is reported
 ALPHA = 0.01                # the joint rule: the expected chance pairs of a class, at most
-MIN_IDENTICAL = 2           # the joint rule: the least questions answered identically
+MIN_IDENTICAL = 2           # the joint rule: the least questions answered identically...
+MIN_BITS = 1.0              # ...each with an answer at most half the class hands in (1 bit)
 JOINT_SHARE = 0.1           # an answer more of the class hands in proposes no pair (at most MAX_SHARED)
+JOINT_ROUNDS = 3            # the joint rule: the chance law re-estimated with the pairs found, at most 3 times
 BIT_STEPS = 8               # the joint rule's law of chance evidence: on a grid of 1/8 bit
 
 MAX_CELL_CHARS = 20_000     # characters of one cell read (an answer is a few hundred)
@@ -486,14 +493,15 @@ class Answers:
         return np.searchsorted(self.table, keys)
 
 
-def chance_threshold(answers: Answers, students: int, alpha: float = ALPHA) -> float:
+def chance_threshold(answers: Answers, students: int, hands: np.ndarray | None = None, alpha: float = ALPHA) -> float:
     """The joint evidence (bits) from which a pair is reported: the least ``t`` at which the
     expected number of the class's pairs reaching ``t`` by chance, ``pairs · P(S >= t)``, is at
     most ``alpha`` (``S``'s law: see the module's docstring; computed on a grid of
     ``1 / BIT_STEPS`` bit, every surprisal rounded up, so ``P`` is over-estimated, never under)."""
     if students < 2 or len(answers.table) == 0:
         return math.inf
-    both = answers.counts * (answers.counts - 1) / (students * (students - 1))   # a pair both hand it in
+    written = answers.counts if hands is None else hands                # by how many hands (:func:`hands`)
+    both = written * (written - 1) / (students * (students - 1))        # a pair both hand it in
     steps = np.ceil(answers.bits * BIT_STEPS - 1e-9).astype(np.int64)
     law = np.ones(1)                                                    # P(S = s / BIT_STEPS)
     for question in np.unique(answers.question):
@@ -546,17 +554,40 @@ def joint_candidates(answers: Answers, threshold: float) -> list[tuple[int, int]
     return [(int(i), int(j)) for i, j in zip(first[possible], second[possible])]
 
 
-def identical_pairs(submissions: list[Submission]) -> dict[tuple[int, int], tuple[float, list[str]]]:
+def hands(answers: Answers, copies: set[tuple[int, int]]) -> np.ndarray:
+    """How many hands wrote each answer of the class (``(answers,)``): its submissions, the
+    members of a group of ``copies`` (pairs, joined transitively) counted once."""
+    count = len(answers.keys)
+    root = np.arange(count)
+    for i, j in sorted(copies):
+        a, b = root[i], root[j]
+        root[root == max(a, b)] = min(a, b)                    # a few pairs: O(pairs · n) at most
+    rows = np.concatenate([answers.lookup(k) for k in answers.keys] or [np.zeros(0, int)])
+    owners = np.concatenate([np.full(len(k), root[i]) for i, k in enumerate(answers.keys)] or [np.zeros(0, int)])
+    distinct = np.unique(rows * count + owners) // count
+    return np.bincount(distinct, minlength=len(answers.table)).astype(float)
+
+
+def identical_pairs(submissions: list[Submission], copies: set[tuple[int, int]] = frozenset()
+                    ) -> dict[tuple[int, int], tuple[float, list[str]]]:
     """``{(i, j): (bits, questions)}``: the pairs whose answers are identical (once normalised) on
-    at least ``MIN_IDENTICAL`` questions, whose summed surprisal reaches :func:`chance_threshold`."""
+    at least ``MIN_IDENTICAL`` questions, whose summed surprisal reaches :func:`chance_threshold`;
+    the chance law counts the pairs already reported (``copies``, then these) as one hand each,
+    until no new pair is found (at most ``JOINT_ROUNDS`` times)."""
     answers = Answers(submissions)
-    threshold = chance_threshold(answers, len(submissions))
-    out = {}
-    for i, j in joint_candidates(answers, threshold):
-        shared = np.intersect1d(answers.keys[i], answers.keys[j], assume_unique=True)
-        bits = float(answers.bits[answers.lookup(shared)].sum())
-        if len(shared) >= MIN_IDENTICAL and bits >= threshold:
-            out[(i, j)] = (bits, sorted(answers.labels[int(k)] for k in shared))
+    out: dict[tuple[int, int], tuple[float, list[str]]] = {}
+    for _ in range(JOINT_ROUNDS):
+        threshold = chance_threshold(answers, len(submissions), hands(answers, set(copies) | set(out)))
+        found = {}
+        for i, j in joint_candidates(answers, threshold):
+            shared = np.intersect1d(answers.keys[i], answers.keys[j], assume_unique=True)
+            each = answers.bits[answers.lookup(shared)]
+            telling = shared[each >= MIN_BITS]                   # answers at most half the class hands in
+            if len(telling) >= MIN_IDENTICAL and each.sum() >= threshold:
+                found[(i, j)] = (float(each.sum()), sorted(answers.labels[int(k)] for k in telling))
+        if set(found) <= set(out):
+            break
+        out.update(found)
     return out
 
 
@@ -586,7 +617,7 @@ def similar_pairs(assignment: str, submissions: list[Submission], keep: frozense
     table = Frequencies(prints)
     totals = [table.weight(p) for p in prints]
     by_prints = _fingerprint_pairs(prints, table, threshold)
-    by_answers = identical_pairs(submissions)
+    by_answers = identical_pairs(submissions, set(by_prints))
     rare_prints = table.rare(rare_cap(len(prints)))
     pairs = []
     for i, j in sorted(set(by_prints) | set(by_answers)):
