@@ -46,8 +46,7 @@ next; the law of ``S`` is the convolution of the questions' laws (:func:`chance_
 pair is reported when it hands in identical answers to at least ``MIN_IDENTICAL`` questions
 that at most half the class answers so (``MIN_BITS``: one answer never decides, and an answer
 everyone hands in does not make a second; the copy of one long answer is the fingerprints'
-case) and ``S``
-reaches the least ``t`` with ``n (n - 1) / 2 · P(S >= t) <= ALPHA``: a union (Bonferroni) bound,
+case) and ``S`` reaches the least ``t`` with ``n (n - 1) / 2 · P(S >= t) <= ALPHA``: a union (Bonferroni) bound,
 at most ``ALPHA`` pairs of the class expected to reach it by chance. In the law (not in the
 surprisals), a group of submissions already reported as copies (by the fingerprints, then by
 this rule, :func:`hands`) counts as one hand: what a copier copied is no independent
