@@ -24,10 +24,12 @@ positive, a reported independent pair a false positive. The banks hold a few ans
 question, so many independent students draw the same one: a pair who drew the same bank answer
 for every question where both have a long answer (a **coincident draw**) hands in the same text
 twice, in two hands, and is printed apart (precision with and without them). A copy is found
-only when the copied text is rare in the class: one whose copied answers are all short (under
-``MIN_TOKENS`` tokens of their own: most of 01_tokens and 03_attention) never decides a pair,
-nor one of an answer that more than ``rare_cap`` students wrote alike; the recall is printed
-for all copies and for the copies of a long answer.
+only when the copied text is rare in the class: by its fingerprints when a long answer is copied
+(one under ``MIN_TOKENS`` tokens of their own, most of 01_tokens and 03_attention, never
+decides a pair, nor one that more than ``rare_cap`` students wrote alike), or by its answers
+identical on several questions in a combination chance does not explain (the joint rule of
+:mod:`autograder.batch.similarity`: a copy of half the questions is often too little); the
+recall is printed for all copies and for the copies of a long answer.
 
 The last line: ``similarity: precision=P precision_all=P recall=R recall_long=R seconds_100x8=S seconds_1000x8=S``.
 """

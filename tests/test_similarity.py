@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import html
 import json
+import math
 import os
 import random
 import re
@@ -229,9 +230,9 @@ def test_the_csv_has_one_row_per_pair_with_formulas_neutralised(tmp_path):
         rows = list(csv.reader(fh))
     assert rows[0][:5] == ["assignment", "student_a", "student_b", "score", "shared_weight"]
     assert rows[0][5] == "matched_questions" and len(rows) == 2
-    assignment, a, b, score, _, questions = rows[1]
+    assignment, a, b, score, _, questions, identical, bits = rows[1]
     assert assignment == "03_<b>" and {a, b} == {"'=HYPERLINK(\"x\")", HOSTILE_NAME}
-    assert float(score) == pytest.approx(1.0) and questions == "cell 1"
+    assert float(score) == pytest.approx(1.0) and questions == "cell 1" and identical == "" and bits == "0"
 
 
 def test_the_threshold_option_takes_a_number_in_0_1():
@@ -316,3 +317,99 @@ def test_a_hostile_class_costs_bounded_time():
     sub = S.fingerprint_submission("hostile", [(f"cell {i}", c) for i, c in enumerate(cells)], skeleton)
     assert len(sub.cells) <= S.MAX_CELLS
     assert sum(len(c.hashes) for c in sub.cells) < np.iinfo(np.int32).max
+
+
+# ---------------------------------------------------------------- identical answers, jointly
+
+def short_answer(question: int, variant: int, local: str = "y") -> str:
+    """A short answer (well under MIN_TOKENS tokens): one of a few ways to write question ``question``."""
+    return f"def f{question}(x):\n    {local} = x.m{question}_{variant}(dim=-1)\n    return {local}\n"
+
+
+def _short_class(students: int, questions: int, variants: int, seed: int) -> dict[str, list[str]]:
+    rng = random.Random(seed)
+    return {f"s{i:02d}": [short_answer(q, rng.randrange(variants)) for q in range(questions)] for i in range(students)}
+
+
+def _found(class_: dict[str, list[str]]) -> list[S.Pair]:
+    return S.similar_pairs("a", [submission(s, cells, S.Skeleton()) for s, cells in class_.items()])
+
+
+def test_a_disguised_copy_of_several_short_common_answers_is_found_when_the_combination_is_rare():
+    """48 students, 6 short questions of 8 ways each (every answer handed in by about 6): alone
+    each answer is common, but all 6 the same is rare; the copier renamed the locals."""
+    class_ = _short_class(48, 6, 8, seed=7)
+    assert all(not S.fingerprint_cell("q", c, S.Skeleton()).long for c in class_["s00"])
+    assert _found(class_) == []                                  # independent students: no pair
+    class_["copier"] = [c.replace("y", "mine") for c in class_["s03"]]
+    found = _found(class_)
+    assert [(p.student_a, p.student_b) for p in found] == [("copier", "s03")]
+    assert found[0].identical == [f"cell {i + 1}" for i in range(6)] and found[0].bits > 0
+    assert all(m.identical and "mine" in m.source_a for m in found[0].matches)
+    # half of them copied (3 of 6 common answers): what chance explains, not reported
+    class_["copier"] = [c.replace("y", "mine") for c in class_["s03"][:3]] + class_["s05"][3:4] + \
+        [short_answer(4, 99), short_answer(5, 99)]
+    assert _found(class_) == []
+
+
+def test_independent_students_sharing_common_answers_on_one_or_two_questions_are_not_paired():
+    """Each student's long answers are their own; two short questions have 2 common answers
+    each: many pairs hand in both the same, none is reported."""
+    rng = random.Random(8)
+    class_ = {f"s{i:02d}": [long_answer(rng), long_answer(rng), short_answer(0, rng.randrange(2)),
+                            short_answer(1, rng.randrange(2))] for i in range(40)}
+    same = S.Answers([submission(s, cells, S.Skeleton()) for s, cells in class_.items()])
+    assert sum(len(np.intersect1d(same.keys[i], same.keys[j])) == 2 for i in range(40) for j in range(i)) > 100
+    assert _found(class_) == []
+
+
+def test_the_chance_bound_is_the_class_pairs_expected_at_it():
+    """Questions of one answer each (every pair hands in all of them: no evidence), then of
+    answers each handed in by one student (no pair ever coincides): the law of chance evidence
+    at its two ends; and a smaller alpha asks for more evidence."""
+    same = S.Answers([submission(f"s{i}", [short_answer(q, 0) for q in range(3)], S.Skeleton()) for i in range(20)])
+    assert same.bits.tolist() == [0.0] * 3 and S.chance_threshold(same, 20) == 1 / S.BIT_STEPS  # 0 bits: never
+    own = S.Answers([submission(f"s{i}", [short_answer(q, i) for q in range(3)], S.Skeleton()) for i in range(20)])
+    assert S.chance_threshold(own, 20) == 1 / S.BIT_STEPS     # no chance pair at all: any coincidence is beyond it
+    assert S.chance_threshold(S.Answers([]), 0) == math.inf
+    subs = [submission(s, cells, S.Skeleton()) for s, cells in _short_class(60, 5, 6, seed=9).items()]
+    answers = S.Answers(subs)
+    strict, loose = S.chance_threshold(answers, 60, alpha=0.001), S.chance_threshold(answers, 60, alpha=0.1)
+    assert math.isfinite(loose) and strict > loose
+    # the bound: the pairs expected at the threshold under the class's coincidence rates, by simulation
+    rng = np.random.default_rng(0)
+    columns = [answers.bits[answers.question == q] for q in range(5)]
+    rates = [answers.counts[answers.question == q] * (answers.counts[answers.question == q] - 1) / (60 * 59)
+             for q in range(5)]
+    draws = sum(np.where(rng.random(200_000) < r.sum(), rng.choice(b, 200_000, p=r / r.sum()), 0.0)
+                for b, r in zip(columns, rates))
+    assert 60 * 59 / 2 * np.mean(draws >= loose) <= 0.1 * 1.2
+    assert 60 * 59 / 2 * np.mean(draws >= loose - 1.5) > 0.1
+
+
+def test_identical_answers_of_a_whole_class_propose_no_pair():
+    """300 students hand in the same 5 answers: no answer proposes a pair (each is above the cap),
+    nothing is scored pair by pair, and nothing is reported."""
+    cells = [short_answer(q, 0) for q in range(5)] + [long_answer(random.Random(10))]
+    subs = [submission(f"s{i:03d}", cells, S.Skeleton()) for i in range(300)]
+    answers = S.Answers(subs)
+    assert len(answers.table) == 6 and set(answers.counts.tolist()) == {300}
+    assert S.joint_candidates(answers, 0.0) == []
+    assert S.identical_pairs(subs) == {} and S.similar_pairs("a", subs) == []
+
+
+def test_the_joint_proposals_grow_linearly_with_the_class():
+    """Groups of 3 hand in the same 4 answers: the proposals are the pairs of the groups."""
+    for size in (30, 300):
+        subs = [submission(str(i), [short_answer(q, i // 3) for q in range(4)], S.Skeleton()) for i in range(size)]
+        assert len(S.joint_candidates(S.Answers(subs), 0.0)) == size
+
+
+def test_a_pair_found_by_its_identical_answers_is_shown_side_by_side():
+    class_ = _short_class(48, 6, 8, seed=7)
+    class_["<copier>"] = [c.replace("y", "mine") for c in class_["s03"]]
+    found = R.ClassSimilarity(0.8, _found(class_), {"a": 49})
+    section = R.html_section(found)
+    assert "identical once normalised" in section and "&lt;copier&gt;" in section
+    assert "mine = x.m0_" in section and "y = x.m0_" in section           # both answers, whole
+    assert "identical answers to cell 1, cell 2" in section

@@ -30,8 +30,33 @@ least 3, at most ``MAX_SHARED``): the work is linear in the class (at most ``MAX
 proposals per fingerprint of a submission), never all pairs of students. A proposed pair that
 shares at least ``MIN_RARE`` rare fingerprints and a weight of ``MIN_EVIDENCE`` is scored, and
 reported when its score reaches the threshold (``DEFAULT_THRESHOLD``; ``grade
---similarity-threshold``). So the copy of an answer that a dozen students wrote the same way
-is not found: nothing in the text tells it from the others.
+--similarity-threshold``). So the copy of one answer that a dozen students wrote the same way
+is not found by its fingerprints: nothing in the text tells it from the others.
+
+**Identical answers, jointly** (:func:`identical_pairs`). A copier's answers are the same text
+once normalised on every question copied; independent students often hand in the same short
+answer to one question, but rarely the same answers to several. Per question (a cell label), a
+submission's **answer** is a digest of its own normalised tokens (the skeleton's left out) in
+the cells of that label; ``c_h`` of the ``n`` submissions hand in answer ``h``, whose
+**surprisal** is ``log2(n / c_h)`` bits. A pair's **joint evidence** ``S`` is the sum of the
+surprisals of the answers they hand in identically. The chance of it: two independent students
+both hand in ``h`` with the probability the class's pairs show, ``c_h (c_h - 1) / (n (n - 1))``
+(an answer one student wrote is no one's coincidence), independently from one question to the
+next; the law of ``S`` is the convolution of the questions' laws (:func:`chance_threshold`). A
+pair is reported when it hands in identical answers to at least ``MIN_IDENTICAL`` questions
+that at most half the class answers so (``MIN_BITS``: one answer never decides, and an answer
+everyone hands in does not make a second; the copy of one long answer is the fingerprints'
+case) and ``S`` reaches the least ``t`` with ``n (n - 1) / 2 · P(S >= t) <= ALPHA``: a union (Bonferroni) bound,
+at most ``ALPHA`` pairs of the class expected to reach it by chance. In the law (not in the
+surprisals), a group of submissions already reported as copies (by the fingerprints, then by
+this rule, :func:`hands`) counts as one hand: what a copier copied is no independent
+coincidence; the law is estimated again until no new pair comes (at most ``JOINT_ROUNDS``).
+The copies not found still count twice, which only makes chance look likelier. Pairs are proposed
+by an index of the answers at most :func:`joint_cap` submissions hand in (10% of the class, at
+least 3, at most ``MAX_SHARED``): at most ``MAX_SHARED - 1`` proposals per answer of a
+submission; a proposal is scored only when what it shares there, plus the most its common
+answers could add, can reach ``t`` (vectorised, :func:`joint_candidates`). Such a pair is listed
+whatever its score (the threshold is the fingerprints'), with the identical cells shown whole.
 
 Why not a library. copydetect (PyPI 0.5.0, installs here with pip, pure Python; needs numpy,
 matplotlib, jinja2, pygments, tqdm, all here already) renames identifiers (pygments' names to
@@ -72,6 +97,12 @@ MIN_SHARED, MAX_SHARED = 3, 30   # ...but one 3 submissions share does; one more
 MIN_RARE = 2                # rare fingerprints a pair must share to be scored
 MIN_EVIDENCE = 3.0          # the least shared weight that can make a pair (6 fingerprints only the two have)
 DEFAULT_THRESHOLD = 0.8     # the score from which a pair is reported
+ALPHA = 0.01                # the joint rule: the expected chance pairs of a class, at most
+MIN_IDENTICAL = 2           # the joint rule: the least questions answered identically...
+MIN_BITS = 1.0              # ...each with an answer at most half the class hands in (1 bit)
+JOINT_SHARE = 0.1           # an answer more of the class hands in proposes no pair (at most MAX_SHARED)
+JOINT_ROUNDS = 3            # the joint rule: the chance law re-estimated with the pairs found, at most 3 times
+BIT_STEPS = 8               # the joint rule's law of chance evidence: on a grid of 1/8 bit
 
 MAX_CELL_CHARS = 20_000     # characters of one cell read (an answer is a few hundred)
 MAX_CELLS = 300             # code cells of one submission read
@@ -279,6 +310,7 @@ class Cell:
     hashes: np.ndarray
     positions: np.ndarray
     own_tokens: int                 # tokens in k-grams that are not the skeleton's
+    answer: int = 0                 # a digest of those tokens in order (0: none; :func:`answer_digest`)
 
     @property
     def long(self) -> bool:
@@ -293,12 +325,12 @@ class Submission:
 
 def fingerprint_cell(label: str, source: str, skeleton: Skeleton, cache: dict | None = None) -> Cell:
     """A cell's fingerprints outside the skeleton (``cache``: by a digest of the source, for
-    the cells most students leave as given). The source is kept only for a long cell."""
+    the cells most students leave as given). The source is kept only for a cell with tokens of its own."""
     source = source[:MAX_CELL_CHARS]
     digest = hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).digest()
     if cache is not None and digest in cache:
-        hashes, positions, own = cache[digest]
-        return Cell(label, source if own >= MIN_TOKENS else "", hashes, positions, own)
+        hashes, positions, own, answer = cache[digest]
+        return Cell(label, source if own else "", hashes, positions, own, answer)
     tokens = normalise(source, skeleton.keep)
     every = kgram_hashes(tokens)
     own_kgram = ~np.isin(every, skeleton.hashes)
@@ -308,10 +340,21 @@ def fingerprint_cell(label: str, source: str, skeleton: Skeleton, cache: dict | 
     starts = np.flatnonzero(own_kgram)
     np.add.at(covered, starts, 1)
     np.add.at(covered, starts + K, -1)
-    own = int(np.count_nonzero(np.cumsum(covered)[:len(tokens)]))
+    mine = np.cumsum(covered)[:len(tokens)] > 0
+    own = int(np.count_nonzero(mine))
+    answer = answer_digest([t.text for t, m in zip(tokens, mine) if m])
     if cache is not None and len(cache) < 200_000:
-        cache[digest] = (every[kept], kept, own)
-    return Cell(label, source if own >= MIN_TOKENS else "", every[kept], kept, own)
+        cache[digest] = (every[kept], kept, own, answer)
+    return Cell(label, source if own else "", every[kept], kept, own, answer)
+
+
+def answer_digest(texts: list[str]) -> int:
+    """A 63-bit digest of a cell's own normalised tokens (0 for none): two answers identical
+    once normalised, the skeleton's tokens left out, have the same digest."""
+    if not texts:
+        return 0
+    joined = "\x00".join(texts).encode("utf-8", "surrogatepass")
+    return int.from_bytes(hashlib.blake2b(joined, digest_size=8).digest(), "little") >> 1 or 1
 
 
 def fingerprint_submission(student: str, cells: list[tuple[str, str]], skeleton: Skeleton,
@@ -341,6 +384,7 @@ class Match:
     spans_a: list[tuple[int, int]]
     source_b: str
     spans_b: list[tuple[int, int]]
+    identical: bool = False         # the two cells are identical once normalised (the joint rule)
 
 
 @dataclass
@@ -351,6 +395,8 @@ class Pair:
     score: float                    # shared weight / weight of the smaller submission (long cells)
     shared: float                   # the shared weight
     matches: list[Match] = field(default_factory=list)
+    bits: float = 0.0               # joint evidence of the identical answers (0: under the chance bound)
+    identical: list[str] = field(default_factory=list)   # the questions answered identically (the joint rule)
 
     @property
     def questions(self) -> list[str]:
@@ -407,27 +453,201 @@ def candidates(prints: list[np.ndarray], rare: np.ndarray) -> dict[tuple[int, in
     return {(int(k) // count, int(k) % count): int(n) for k, n in zip(found, shared)}
 
 
-def similar_pairs(assignment: str, submissions: list[Submission], keep: frozenset = frozenset(),
-                  threshold: float = DEFAULT_THRESHOLD) -> list[Pair]:
-    """The pairs of ``submissions`` (one assignment) whose score reaches ``threshold``, the
-    highest first, each with its matched cells (``keep``: the skeleton's names, for the spans).
-    A pair is scored only when it shares at least ``MIN_RARE`` rare fingerprints and a weight
-    of ``MIN_EVIDENCE``."""
-    prints = [_long_fingerprints(s) for s in submissions]
-    table = Frequencies(prints)
+# ---------------------------------------------------------------- identical answers, jointly
+
+def answer_keys(submission: Submission) -> dict[int, str]:
+    """``{key: label}``: a key per question (cell label) the submission answers, from its own
+    normalised tokens in the cells of that label, in order; a question with none has no key."""
+    digests: dict[str, list[int]] = {}
+    for cell in submission.cells:
+        if cell.answer:
+            digests.setdefault(cell.label, []).append(cell.answer)
+    out = {}
+    for label, parts in digests.items():
+        text = label.encode("utf-8", "surrogatepass") + b"\x00" + b"".join(p.to_bytes(8, "little") for p in parts)
+        out[int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "little") >> 1] = label
+    return out
+
+
+class Answers:
+    """The class's answers: every submission's keys (sorted, ``(answers,)`` int64), how many
+    submissions hand in each key, its surprisal ``log2(n / count)`` (bits) and its question."""
+
+    def __init__(self, submissions: list[Submission]):
+        labels: dict[int, str] = {}
+        self.keys = []
+        for submission in submissions:
+            mine = answer_keys(submission)
+            labels.update(mine)
+            self.keys.append(np.array(sorted(mine), dtype=np.int64))
+        every = np.concatenate(self.keys) if self.keys else np.zeros(0, dtype=np.int64)
+        self.table, self.counts = np.unique(every, return_counts=True)
+        self.bits = np.log2(max(len(submissions), 1) / np.maximum(self.counts, 1))
+        names = sorted(set(labels.values()))
+        self.question = np.array([names.index(labels[int(k)]) for k in self.table], dtype=np.int64)
+        self.labels = labels
+
+    def lookup(self, keys: np.ndarray) -> np.ndarray:
+        """The rows of ``keys`` (keys of the class) in :attr:`table`."""
+        return np.searchsorted(self.table, keys)
+
+
+def chance_threshold(answers: Answers, students: int, hands: np.ndarray | None = None, alpha: float = ALPHA) -> float:
+    """The joint evidence (bits) from which a pair is reported: the least ``t`` at which the
+    expected number of the class's pairs reaching ``t`` by chance, ``pairs · P(S >= t)``, is at
+    most ``alpha`` (``S``'s law: see the module's docstring; computed on a grid of
+    ``1 / BIT_STEPS`` bit, every surprisal rounded up, so ``P`` is over-estimated, never under)."""
+    if students < 2 or len(answers.table) == 0:
+        return math.inf
+    written = answers.counts if hands is None else hands                # by how many hands (:func:`hands`)
+    both = written * (written - 1) / (students * (students - 1))        # a pair both hand it in
+    steps = np.ceil(answers.bits * BIT_STEPS - 1e-9).astype(np.int64)
+    law = np.ones(1)                                                    # P(S = s / BIT_STEPS)
+    for question in np.unique(answers.question):
+        mine = answers.question == question
+        one = np.zeros(int(steps[mine].max()) + 1)
+        np.add.at(one, steps[mine], both[mine])                           # both hand in that answer
+        one[0] += max(0.0, 1.0 - float(both[mine].sum()))                 # they differ (or one has none)
+        law = np.convolve(law, one)
+    tail = np.append(np.cumsum(law[::-1])[::-1], 0.0)                 # P(S >= s / BIT_STEPS)
+    expected = students * (students - 1) / 2 * tail
+    return float(np.flatnonzero(expected <= alpha)[0]) / BIT_STEPS
+
+
+def joint_cap(students: int) -> int:
+    """How many submissions may hand in one answer for it to propose a pair (``JOINT_SHARE`` of
+    the class, at least ``MIN_SHARED``, at most ``MAX_SHARED``: linear proposals)."""
+    return int(min(MAX_SHARED, max(MIN_SHARED, math.ceil(JOINT_SHARE * students))))
+
+
+def joint_candidates(answers: Answers, threshold: float) -> list[tuple[int, int]]:
+    """The pairs that may reach ``threshold`` bits on ``MIN_IDENTICAL`` identical answers,
+    proposed by the answers at most :func:`joint_cap` submissions hand in (linear work): the
+    bits of those they share, plus at most the bits of the common answers both could share."""
+    count, cap = len(answers.keys), joint_cap(len(answers.keys))
+    rows = [answers.lookup(k) for k in answers.keys]
+    common = [answers.counts[r] > cap for r in rows]
+    common_bits = np.array([answers.bits[r][c].sum() for r, c in zip(rows, common)] or [0.0])
+    common_n = np.array([int(c.sum()) for c in common] or [0])
+    owner = np.concatenate([np.full(int((~c).sum()), i) for i, c in enumerate(common)] or [np.zeros(0, int)])
+    row = np.concatenate([r[~c] for r, c in zip(rows, common)] or [np.zeros(0, int)])
+    order = np.lexsort((owner, row))
+    owner, row = owner[order], row[order]
+    starts = np.flatnonzero(np.concatenate([[True], row[1:] != row[:-1]])) if len(row) else np.zeros(0, int)
+    sizes = np.diff(np.concatenate([starts, [len(row)]]))
+    keys, bits = [], []
+    for size in np.unique(sizes[sizes >= 2]):
+        group = starts[sizes == size]
+        members = owner[group[:, None] + np.arange(size)]                    # (groups, size)
+        for a, b in itertools.combinations(range(size), 2):
+            keys.append(members[:, a] * count + members[:, b])
+            bits.append(answers.bits[row[group]])
+    if not keys:
+        return []
+    found, inverse = np.unique(np.concatenate(keys), return_inverse=True)
+    partial = np.bincount(inverse, np.concatenate(bits))
+    shared = np.bincount(inverse)
+    first, second = found // count, found % count
+    possible = (partial + np.minimum(common_bits[first], common_bits[second]) >= threshold) & \
+        (shared + np.minimum(common_n[first], common_n[second]) >= MIN_IDENTICAL)
+    return [(int(i), int(j)) for i, j in zip(first[possible], second[possible])]
+
+
+def hands(answers: Answers, copies: set[tuple[int, int]]) -> np.ndarray:
+    """How many hands wrote each answer of the class (``(answers,)``): its submissions, the
+    members of a group of ``copies`` (pairs, joined transitively) counted once."""
+    count = len(answers.keys)
+    root = np.arange(count)
+    for i, j in sorted(copies):
+        a, b = root[i], root[j]
+        root[root == max(a, b)] = min(a, b)                    # a few pairs: O(pairs · n) at most
+    rows = np.concatenate([answers.lookup(k) for k in answers.keys] or [np.zeros(0, int)])
+    owners = np.concatenate([np.full(len(k), root[i]) for i, k in enumerate(answers.keys)] or [np.zeros(0, int)])
+    distinct = np.unique(rows * count + owners) // count
+    return np.bincount(distinct, minlength=len(answers.table)).astype(float)
+
+
+def identical_pairs(submissions: list[Submission], copies: set[tuple[int, int]] = frozenset()
+                    ) -> dict[tuple[int, int], tuple[float, list[str]]]:
+    """``{(i, j): (bits, questions)}``: the pairs whose answers are identical (once normalised) on
+    at least ``MIN_IDENTICAL`` questions, whose summed surprisal reaches :func:`chance_threshold`;
+    the chance law counts the pairs already reported (``copies``, then these) as one hand each,
+    until no new pair is found (at most ``JOINT_ROUNDS`` times)."""
+    answers = Answers(submissions)
+    out: dict[tuple[int, int], tuple[float, list[str]]] = {}
+    for _ in range(JOINT_ROUNDS):
+        threshold = chance_threshold(answers, len(submissions), hands(answers, set(copies) | set(out)))
+        found = {}
+        for i, j in joint_candidates(answers, threshold):
+            shared = np.intersect1d(answers.keys[i], answers.keys[j], assume_unique=True)
+            each = answers.bits[answers.lookup(shared)]
+            telling = shared[each >= MIN_BITS]                   # answers at most half the class hands in
+            if len(telling) >= MIN_IDENTICAL and each.sum() >= threshold:
+                found[(i, j)] = (float(each.sum()), sorted(answers.labels[int(k)] for k in telling))
+        if set(found) <= set(out):
+            break
+        out.update(found)
+    return out
+
+
+# ---------------------------------------------------------------- pairs
+
+def _fingerprint_pairs(prints: list[np.ndarray], table: Frequencies,
+                       threshold: float) -> dict[tuple[int, int], tuple[float, float]]:
+    """``{(i, j): (score, shared weight)}`` of the pairs the fingerprint rule reports."""
     totals = [table.weight(p) for p in prints]
-    pairs = []
-    rare_prints = table.rare(rare_cap(len(prints)))
-    for (i, j), rare in candidates(prints, rare_prints).items():
+    out = {}
+    for (i, j), rare in candidates(prints, table.rare(rare_cap(len(prints)))).items():
         if rare < MIN_RARE:
             continue
         shared = table.weight(np.intersect1d(prints[i], prints[j], assume_unique=True))
         score = shared / min(totals[i], totals[j])
         if shared >= MIN_EVIDENCE and score >= threshold:
-            a, b = sorted((submissions[i], submissions[j]), key=lambda s: s.student)
-            pairs.append(Pair(assignment, a.student, b.student, round(min(score, 1.0), 3), round(shared, 1),
-                              _matches(a, b, table, keep, rare_prints)))
-    return sorted(pairs, key=lambda p: (-p.score, p.student_a, p.student_b))
+            out[(i, j)] = (score, shared)
+    return out
+
+
+def similar_pairs(assignment: str, submissions: list[Submission], keep: frozenset = frozenset(),
+                  threshold: float = DEFAULT_THRESHOLD) -> list[Pair]:
+    """The pairs of ``submissions`` (one assignment) that either rule reports, the highest score
+    first, each with its matched cells (``keep``: the skeleton's names, for the spans): the
+    fingerprint score reaches ``threshold``, or the identical answers reach the chance bound."""
+    prints = [_long_fingerprints(s) for s in submissions]
+    table = Frequencies(prints)
+    totals = [table.weight(p) for p in prints]
+    by_prints = _fingerprint_pairs(prints, table, threshold)
+    by_answers = identical_pairs(submissions, set(by_prints))
+    rare_prints = table.rare(rare_cap(len(prints)))
+    pairs = []
+    for i, j in sorted(set(by_prints) | set(by_answers)):
+        a, b = sorted((submissions[i], submissions[j]), key=lambda s: s.student)
+        if (i, j) in by_prints:
+            score, shared = by_prints[(i, j)]
+        else:
+            common = np.intersect1d(prints[i], prints[j], assume_unique=True)
+            shared = table.weight(common)
+            score = shared / min(totals[i], totals[j]) if min(totals[i], totals[j]) > 0 else 0.0
+        bits, identical = by_answers.get((i, j), (0.0, []))
+        matches = _matches(a, b, table, keep, rare_prints)
+        matches += _identical_matches(a, b, identical, {m.label_a for m in matches})
+        pairs.append(Pair(assignment, a.student, b.student, round(min(score, 1.0), 3), round(shared, 1),
+                          matches, round(bits, 1), identical))
+    return sorted(pairs, key=lambda p: (-p.score, -p.bits, p.student_a, p.student_b))
+
+
+def _identical_matches(a: Submission, b: Submission, questions: list[str], shown: set[str]) -> list[Match]:
+    """The cells of the ``questions`` whose answers ``a`` and ``b`` hand in identical (once
+    normalised), not already ``shown``, the whole of each marked."""
+    out = []
+    for label in questions:
+        if label in shown:
+            continue
+        cells_a = [c for c in a.cells if c.label == label and c.answer]
+        cells_b = [c for c in b.cells if c.label == label and c.answer]
+        for cell_a, cell_b in zip(cells_a, cells_b):
+            out.append(Match(label, label, 0.0, cell_a.source, [(0, len(cell_a.source))], cell_b.source,
+                             [(0, len(cell_b.source))], identical=True))
+    return out
 
 
 def _spans(source: str, positions: np.ndarray, keep: frozenset) -> list[tuple[int, int]]:

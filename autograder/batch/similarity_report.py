@@ -31,7 +31,8 @@ from autograder.batch.tasks import Refused, Task, discover, questions_by_assignm
 from autograder.batch.text import clean
 
 CSV_NAME = "similarity.csv"
-CSV_COLUMNS = ["assignment", "student_a", "student_b", "score", "shared_weight", "matched_questions"]
+CSV_COLUMNS = ["assignment", "student_a", "student_b", "score", "shared_weight", "matched_questions",
+               "identical_questions", "joint_bits"]
 SHOWN_ROWS = 1_000          # pairs listed in the report (all are in the CSV)...
 SHOWN_PAIRS = 200           # ...and shown side by side
 SHOWN_MATCHES = 4           # matched cells shown per pair
@@ -189,7 +190,8 @@ def write(root: Path, source_dir: Path | None, threshold: float | None) -> tuple
 
 def write_csv(root: Path, found: ClassSimilarity) -> Path:
     """``ROOT/similarity.csv``: one row per pair, the highest score first within an assignment."""
-    rows = [[p.assignment, p.student_a, p.student_b, f"{p.score:.3f}", f"{p.shared:g}", ";".join(p.questions)]
+    rows = [[p.assignment, p.student_a, p.student_b, f"{p.score:.3f}", f"{p.shared:g}", ";".join(p.questions),
+             ";".join(p.identical), f"{p.bits:g}"]
             for p in sorted(found.pairs, key=lambda p: (p.assignment, -p.score, p.student_a, p.student_b))]
     path = Path(root) / CSV_NAME
     write_rows(path, [CSV_COLUMNS] + rows)
@@ -222,12 +224,15 @@ def _pair_html(pair: similarity.Pair) -> str:
     questions = ", ".join(_shown(q) for q in pair.questions) or "none"
     rows = []
     for match in pair.matches[:SHOWN_MATCHES]:
+        how = "identical once normalised" if match.identical else f"shared weight {match.weight:g}"
         rows.append(f"<tr><th>{a}: {_shown(match.label_a)}</th><th>{b}: {_shown(match.label_b)} "
-                    f"<span class=\"muted\">(shared weight {match.weight:g})</span></th></tr>"
+                    f"<span class=\"muted\">({how})</span></th></tr>"
                     f"<tr><td><pre>{highlighted(match.source_a, match.spans_a)}</pre></td>"
                     f"<td><pre>{highlighted(match.source_b, match.spans_b)}</pre></td></tr>")
+    joint = (f"; identical answers to {', '.join(_shown(q) for q in pair.identical)} ({pair.bits:g} bits)"
+             if pair.identical else "")
     return (f"<details><summary><strong>{a}</strong> and <strong>{b}</strong> "
-            f"({_shown(pair.assignment)}): score {pair.score:.2f}; matched: {questions}</summary>"
+            f"({_shown(pair.assignment)}): score {pair.score:.2f}; matched: {questions}{joint}</summary>"
             f"<table class=\"side-by-side\">{''.join(rows)}</table></details>")
 
 
@@ -243,7 +248,10 @@ def html_section(found: ClassSimilarity | None, why_not: str = "") -> str:
         f"docstrings and formatting are set aside, and the code the notebook gives is left out (score: "
         f"the share of the smaller submission's fingerprints found in the other, a fingerprint that "
         f"many students share counting little). Answers under {similarity.MIN_TOKENS} tokens of their own "
-        f"are not counted. Threshold {found.threshold:g}; submissions compared per assignment: {compared}. "
+        f"are not counted. Threshold {found.threshold:g}. Also listed, whatever their score: pairs that hand "
+        f"in identical answers (once normalised) to {similarity.MIN_IDENTICAL} or more questions, in a "
+        f"combination rarer than chance explains among the class's pairs (joint evidence in bits: how "
+        f"rarely the class hands in each of those answers). Submissions compared per assignment: {compared}. "
         f"A high score is a reason to look, not a verdict: read both notebooks. All pairs are in "
         f"<code>{CSV_NAME}</code>.</p>")
     if not found.pairs:
