@@ -75,6 +75,20 @@ def test_an_edited_test_cell_an_answer_cell_and_a_notebook_without_metadata_are_
     assert instructor_test_cells(b"{not json", SOURCE) == ()
 
 
+@pytest.mark.parametrize("odd", [{"grade": True, "solution": False, "grade_id": ["q6_test"]}, ["metadata"], "x",
+                                 {"grade": True, "solution": False}])
+def test_odd_nbgrader_metadata_runs_the_cell_and_breaks_nothing(odd):
+    """A student's notebook file is theirs: a grade id that is a list (unhashable), metadata that is
+    not a dict or has no grade id. Such a cell is simply run (it once raised TypeError here, and the
+    grader gave the whole submission an error result)."""
+    nb = json.loads(_raw(S.load(A)))
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    first = _test_cell_indices(S.load(A))[0]
+    cells[first]["metadata"]["nbgrader"] = odd
+    found = instructor_test_cells(json.dumps(nb).encode(), SOURCE)
+    assert first not in found and set(found) == set(_test_cell_indices(S.load(A))) - {first}
+
+
 def _run(nb, blank):
     host = LocalHost()
     qids = [q for cell in SOURCE.grade_cells for q in cell.qids]

@@ -5,7 +5,6 @@ came back. Whatever happens (a notebook that is not JSON, too big, an answer tha
 exits or exhausts memory) the result has one row per question: zero and the reason."""
 from __future__ import annotations
 
-import json
 import os
 import time
 
@@ -17,7 +16,7 @@ from autograder.hosts.driver import run_submission
 from autograder.judging import preflight
 from autograder.judging.scan import flags_or_hold, held_reason
 from autograder.questions.inputs import PublicSource
-from autograder.student.cells import code_cells
+from autograder.student.cells import code_cells, nbgrader_code_cells
 
 
 REASON_CHARS = 300
@@ -117,23 +116,11 @@ def instructor_test_cells(raw: bytes, source) -> tuple[int, ...]:
     them changes nothing the student wrote. A test cell the student edited runs, as every other
     cell; a notebook without nbgrader's metadata (a .py export) runs whole."""
     tests = _source_tests(source)
-    try:
-        cells = json.loads(raw).get("cells") if tests else None
-    except (ValueError, AttributeError, RecursionError):
+    if not tests:
         return ()
-    found, index = [], 0
-    for cell in cells if isinstance(cells, list) else ():
-        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
-            continue
-        meta = cell.get("metadata")
-        meta = meta.get("nbgrader") if isinstance(meta, dict) else None
-        text = cell.get("source", "")
-        text = "".join(str(part) for part in text) if isinstance(text, list) else text
-        if (isinstance(meta, dict) and meta.get("grade") is True and not meta.get("solution")
-                and isinstance(text, str) and text.rstrip() in tests.get(meta.get("grade_id"), ())):
-            found.append(index)
-        index += 1
-    return tuple(found)
+    return tuple(index for index, (text, meta) in enumerate(nbgrader_code_cells(raw))
+                 if meta.get("grade") is True and not meta.get("solution") and isinstance(meta.get("grade_id"), str)
+                 and text.rstrip() in tests.get(meta["grade_id"], ()))
 
 
 def _source_tests(source) -> dict[str, set[str]]:

@@ -160,17 +160,36 @@ def _notebook(text: str, path) -> dict:
     return notebook
 
 
-def _code_sources(notebook: dict) -> list[str]:
-    """The sources of a notebook's code cells, in order (a source that is not text: "")."""
-    sources = []
+def _code_cells_with_metadata(notebook: dict) -> list[tuple[str, dict]]:
+    """``(source, nbgrader metadata)`` of a notebook's code cells, in order (a source that is not
+    text: ""; metadata that is not a dict: {})."""
+    found = []
     for cell in notebook["cells"]:
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
         source = cell.get("source", "")
         if isinstance(source, list):
             source = "".join(str(part) for part in source)
-        sources.append(source if isinstance(source, str) else "")
-    return sources
+        metadata = cell.get("metadata")
+        nbgrader = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+        found.append((source if isinstance(source, str) else "", nbgrader if isinstance(nbgrader, dict) else {}))
+    return found
+
+
+def _code_sources(notebook: dict) -> list[str]:
+    """The sources of a notebook's code cells, in order (a source that is not text: "")."""
+    return [source for source, _ in _code_cells_with_metadata(notebook)]
+
+
+def nbgrader_code_cells(raw: bytes, name: str = "submission.ipynb") -> list[tuple[str, dict]]:
+    """``(source, nbgrader metadata)`` of the code cells of a notebook's bytes, numbered as the runner
+    numbers them ([] for bytes that are not a readable notebook, and for a Python file)."""
+    if name.endswith(".py"):
+        return []
+    try:
+        return _code_cells_with_metadata(_notebook(raw.decode("utf-8"), name))
+    except (UnicodeDecodeError, SubmissionError):
+        return []
 
 
 def _notebook_cells(text: str, path, honor_mark: bool = False) -> list[str]:
