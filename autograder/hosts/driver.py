@@ -21,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from ..judging.preflight import MAX_CELLS
+from ..judging.scan import parsed_cell
 from ..questions import question
 from ..questions import inputs as recipes
 from ..questions.forbidden import FORBIDDEN, expand
@@ -110,11 +111,8 @@ def names_run_at_once(cells: list[str]) -> set[str]:
     bodies: dict[str, set[str]] = {}
     used: set[str] = set()
     for source in cells:
-        try:
-            tree = ast.parse(source)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
-            continue
-        for node in tree.body:
+        tree = parsed_cell(source)          # the static scan of the same cells finds it parsed
+        for node in tree.body if tree is not None else ():
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 bodies.setdefault(node.name, set()).update(_names(node))
                 if isinstance(node, ast.ClassDef):
