@@ -470,8 +470,9 @@ def answer_keys(submission: Submission) -> dict[int, str]:
 
 
 class Answers:
-    """The class's answers: every submission's keys (sorted, ``(answers,)`` int64), how many
-    submissions hand in each key, its surprisal ``log2(n / count)`` (bits) and its question."""
+    """The class's answers: every submission's keys (sorted, ``(answers,)`` int64) and their rows in
+    the table of keys, how many submissions hand in each key, its surprisal ``log2(n / count)``
+    (bits) and its question."""
 
     def __init__(self, submissions: list[Submission]):
         labels: dict[int, str] = {}
@@ -486,6 +487,7 @@ class Answers:
         names = sorted(set(labels.values()))
         self.question = np.array([names.index(labels[int(k)]) for k in self.table], dtype=np.int64)
         self.labels = labels
+        self.rows = [self.lookup(k) for k in self.keys]     # each submission's answers, as rows of the table
 
     def lookup(self, keys: np.ndarray) -> np.ndarray:
         """The rows of ``keys`` (keys of the class) in :attr:`table`."""
@@ -524,8 +526,7 @@ def joint_candidates(answers: Answers, threshold: float) -> list[tuple[int, int]
     """The pairs that may reach ``threshold`` bits on ``MIN_IDENTICAL`` identical answers,
     proposed by the answers at most :func:`joint_cap` submissions hand in (linear work): the
     bits of those they share, plus at most the bits of the common answers both could share."""
-    count, cap = len(answers.keys), joint_cap(len(answers.keys))
-    rows = [answers.lookup(k) for k in answers.keys]
+    count, cap, rows = len(answers.keys), joint_cap(len(answers.keys)), answers.rows
     common = [answers.counts[r] > cap for r in rows]
     common_bits = np.array([answers.bits[r][c].sum() for r, c in zip(rows, common)] or [0.0])
     common_n = np.array([int(c.sum()) for c in common] or [0])
@@ -561,7 +562,7 @@ def hands(answers: Answers, copies: set[tuple[int, int]]) -> np.ndarray:
     for i, j in sorted(copies):
         a, b = root[i], root[j]
         root[root == max(a, b)] = min(a, b)                    # a few pairs: O(pairs · n) at most
-    rows = np.concatenate([answers.lookup(k) for k in answers.keys] or [np.zeros(0, int)])
+    rows = np.concatenate(answers.rows or [np.zeros(0, int)])
     owners = np.concatenate([np.full(len(k), root[i]) for i, k in enumerate(answers.keys)] or [np.zeros(0, int)])
     distinct = np.unique(rows * count + owners) // count
     return np.bincount(distinct, minlength=len(answers.table)).astype(float)
@@ -592,16 +593,23 @@ def identical_pairs(submissions: list[Submission], copies: set[tuple[int, int]] 
 
 # ---------------------------------------------------------------- pairs
 
-def _fingerprint_pairs(prints: list[np.ndarray], table: Frequencies,
+def _pair_score(prints: list[np.ndarray], table: Frequencies, totals: list[float], i: int, j: int
+                ) -> tuple[float, float]:
+    """``(score, shared weight)`` of submissions ``i`` and ``j``: the weight of the fingerprints they
+    share, and that weight over the weight of the smaller one's (0 when it has none)."""
+    shared = table.weight(np.intersect1d(prints[i], prints[j], assume_unique=True))
+    smaller = min(totals[i], totals[j])
+    return (shared / smaller if smaller > 0 else 0.0), shared
+
+
+def _fingerprint_pairs(prints: list[np.ndarray], table: Frequencies, totals: list[float],
                        threshold: float) -> dict[tuple[int, int], tuple[float, float]]:
     """``{(i, j): (score, shared weight)}`` of the pairs the fingerprint rule reports."""
-    totals = [table.weight(p) for p in prints]
     out = {}
     for (i, j), rare in candidates(prints, table.rare(rare_cap(len(prints)))).items():
         if rare < MIN_RARE:
             continue
-        shared = table.weight(np.intersect1d(prints[i], prints[j], assume_unique=True))
-        score = shared / min(totals[i], totals[j])
+        score, shared = _pair_score(prints, table, totals, i, j)
         if shared >= MIN_EVIDENCE and score >= threshold:
             out[(i, j)] = (score, shared)
     return out
@@ -615,18 +623,13 @@ def similar_pairs(assignment: str, submissions: list[Submission], keep: frozense
     prints = [_long_fingerprints(s) for s in submissions]
     table = Frequencies(prints)
     totals = [table.weight(p) for p in prints]
-    by_prints = _fingerprint_pairs(prints, table, threshold)
+    by_prints = _fingerprint_pairs(prints, table, totals, threshold)
     by_answers = identical_pairs(submissions, set(by_prints))
     rare_prints = table.rare(rare_cap(len(prints)))
     pairs = []
     for i, j in sorted(set(by_prints) | set(by_answers)):
         a, b = sorted((submissions[i], submissions[j]), key=lambda s: s.student)
-        if (i, j) in by_prints:
-            score, shared = by_prints[(i, j)]
-        else:
-            common = np.intersect1d(prints[i], prints[j], assume_unique=True)
-            shared = table.weight(common)
-            score = shared / min(totals[i], totals[j]) if min(totals[i], totals[j]) > 0 else 0.0
+        score, shared = by_prints.get((i, j)) or _pair_score(prints, table, totals, i, j)
         bits, identical = by_answers.get((i, j), (0.0, []))
         matches = _matches(a, b, table, keep, rare_prints)
         matches += _identical_matches(a, b, identical, {m.label_a for m in matches})
