@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import ast
 import inspect
-import json
 import runpy
 import sys
 import textwrap
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
@@ -27,6 +25,7 @@ import autograder
 from autograder.judging.catalogue import entry
 from answers.bank import (HERE, MIN_WRONG, Says, answer_name, chapter_file, fast_sample, load, named, solution_of,
                           solutions)
+from answers.given import notebook_cell
 from answers.submission import submission_source, write_submission
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -171,17 +170,6 @@ def test_a_solution_lives_in_one_place(monkeypatch):
 
 # --------------------------------------------------------------------------- written once
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _answer_cell(q) -> str:
-    notebook = json.loads((ROOT / "solutions" / q.chapter / f"{q.chapter}.ipynb").read_text(encoding="utf-8"))
-    cells = [c for c in notebook["cells"] if c.get("id") == f"{q.id}-answer"]
-    assert len(cells) == 1, f"solutions/{q.chapter}/{q.chapter}.ipynb has {len(cells)} cells {q.id}-answer"
-    source = cells[0]["source"]
-    return source if isinstance(source, str) else "".join(source)
-
-
 def _without_decorators(node: ast.AST) -> str:
     node.decorator_list = []
     return ast.dump(node)
@@ -190,14 +178,14 @@ def _without_decorators(node: ast.AST) -> str:
 @pytest.mark.parametrize("qid", [q.id for q in QUESTIONS])
 def test_each_solution_is_the_notebooks_answer(qid):
     """The bank's ``@solution`` is the definition of the answer name in the solutions notebook's answer
-    cell ``<id>-answer``, compared as parsed code (comments, blank lines and layout aside; docstrings
-    and every statement count), so the answer is written once and copied, never rewritten; a value
+    cell (grade id ``<id>_answer``), compared as parsed code (comments, blank lines and layout aside;
+    docstrings and every statement count), so the answer is written once and copied, never rewritten; a value
     question's ``solution_value`` is the number the cell's solution region assigns."""
     q = autograder.question(qid)
     notebook = f"solutions/{q.chapter}/{q.chapter}.ipynb"
     where = (f"make {chapter_file(q.chapter)}'s @solution({qid!r}) the definition of {q.answer_name} in the cell "
-             f"{qid}-answer of {notebook} (copy it from the notebook, which students see)")
-    cell = ast.parse(_answer_cell(q))
+             f"{qid}_answer of {notebook} (copy it from the notebook, which students see)")
+    cell = ast.parse(notebook_cell(q.chapter, f"{q.id}_answer"))
     if q.kind == "value":
         numbers = [ast.literal_eval(n.value) for n in cell.body if isinstance(n, ast.Assign)
                    and [getattr(t, "id", None) for t in n.targets] == [q.answer_name]
@@ -205,7 +193,7 @@ def test_each_solution_is_the_notebooks_answer(qid):
         assert numbers and numbers[-1] == solution_of(qid), f"{numbers[-1:]} != {solution_of(qid)!r}: {where}"
         return
     defined = [n for n in cell.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name == q.answer_name]
-    assert defined, f"the cell {qid}-answer of {notebook} defines no {q.answer_name}"
+    assert defined, f"the cell {qid}_answer of {notebook} defines no {q.answer_name}"
     source = textwrap.dedent(inspect.getsource(solution_of(qid))) if not inspect.isclass(solution_of(qid)) else None
     bank_node = (ast.parse(source).body[0] if source is not None
                  else _class_node(solution_of(qid)))

@@ -40,7 +40,7 @@ table { border-collapse: collapse; width: 100%; margin: .5rem 0 1.5rem; }
 th, td { text-align: left; padding: .35rem .55rem; border-bottom: 1px solid #ddd; vertical-align: top; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 h2 { border-bottom: 2px solid #333; padding-bottom: .2rem; margin-top: 2.5rem; }
-.muted { color: #666; } img, svg.scores { max-width: 100%; height: auto; } figure { margin: 1rem 0; }
+.muted { color: #666; } svg.scores { max-width: 100%; height: auto; } figure { margin: 1rem 0; }
 table.side-by-side td { width: 50%; } pre { white-space: pre-wrap; font-size: .85em; margin: 0; }
 mark { background: #ffe08a; } details { margin: .4rem 0; }
 """
