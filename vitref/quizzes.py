@@ -333,16 +333,25 @@ def _ch04_layout() -> NumberQuestion:
 
 
 def _shuffled_attention() -> dict:
-    """Gaps between a layer's outputs on 10 tokens and on the same tokens shuffled (no positions, no mask)."""
+    """Gaps between what a layer gives on 10 tokens and on the same tokens shuffled (no positions)."""
     torch.manual_seed(0)
     mha = vitref.MultiHeadAttention(32, 4).eval()
     x = torch.randn(1, 10, 32)                                       # (B, N, E)
     perm = torch.randperm(10)
     with torch.no_grad():
-        out, out_perm = mha(x), mha(x[:, perm])
+        (out, weights), (out_perm, weights_perm) = mha(x, return_attention=True), mha(x[:, perm], return_attention=True)
+        causal, causal_perm = mha(x, causal=True), mha(x[:, perm], causal=True)
     return {"equivariance": (out_perm - out[:, perm]).abs().max().item(),
             "invariance": (out_perm - out).abs().max().item(),
-            "mean": (out_perm.mean(1) - out.mean(1)).abs().max().item()}
+            "first row": (out_perm[:, 0] - out[:, 0]).abs().max().item(),
+            "weights": (weights_perm - weights).abs().max().item(),                # (B, h, N, N) as they come
+            "mean": (out_perm.mean(1) - out.mean(1)).abs().max().item(),
+            "causal mean": (causal_perm.mean(1) - causal.mean(1)).abs().max().item()}
+
+
+def _rounding(gap: float) -> bool:
+    """Whether a measured gap is float32 rounding: the two sides are the same numbers."""
+    return gap < 1e-5
 
 
 def _ch04_equivariance() -> ChoiceQuestion:
@@ -351,10 +360,10 @@ def _ch04_equivariance() -> ChoiceQuestion:
         "Self-attention without positions or mask gets its tokens shuffled by a permutation Π. Which is true?",
         [Choice("MHA(ΠX) = MHA(X): the output does not change.",
                 f"The output rows move with their tokens: row for row the gap here is {gaps['invariance']:.2f}. "
-                "That would be invariance, which self-attention does not have."),
+                "That would be invariance, which self-attention does not have.", right=_rounding(gaps["invariance"])),
          Choice("MHA(ΠX) = Π MHA(X): the same output rows, shuffled the same way.",
                 f"Permutation-equivariance: measured to {gaps['equivariance']:.0e}, float32 rounding. It is what "
-                "the proof shows, layer by layer.", right=gaps["equivariance"] < 1e-5),
+                "the proof shows, layer by layer.", right=_rounding(gaps["equivariance"])),
          Choice("The outputs change in an unpredictable way.",
                 "Every piece (linear maps, row-wise softmax, weighted sums) commutes with Π, so the change is "
                 "exactly the same shuffle.")])
@@ -362,19 +371,22 @@ def _ch04_equivariance() -> ChoiceQuestion:
 
 def _ch04_invariant() -> ChoiceQuestion:
     gaps = _shuffled_attention()
+    measured = {     # choice: (the quantity's gap, why), each claim measured on the same layer and tokens
+        "The first output row.":
+            ("first row", "after the shuffle the first row belongs to whichever token landed first: the rows move"),
+        "The attention matrix of a head.":
+            ("weights", "it becomes Π A Πᵀ, the same numbers with rows and columns shuffled, not the same matrix"),
+        "The mean of the output rows.":
+            ("mean", "a mean ignores the order of what it averages; a class token kept in place is invariant for "
+                     "the same reason"),
+        "The mean of the output rows with a causal mask left in place.":
+            ("causal mean", "a mask that stays while the tokens move breaks the symmetry: the proof needs the mask "
+                            "shuffled along with the tokens")}
     return ChoiceQuestion(
         "In the same setting, which of these stays the same (to float32 rounding) when the input tokens are "
         "shuffled?",
-        [Choice("The first output row.",
-                "After the shuffle the first row belongs to whichever token landed first: the rows move."),
-         Choice("The attention matrix of a head.",
-                "It becomes Π A Πᵀ: the same numbers with rows and columns shuffled, not the same matrix."),
-         Choice("The mean of the output rows.",
-                f"A mean ignores the order of what it averages: the gap is {gaps['mean']:.0e}. A class token kept "
-                "in place is invariant for the same reason.", right=gaps["mean"] < 1e-5),
-         Choice("The outputs computed with a causal mask left in place.",
-                "A mask that stays while the tokens move breaks the symmetry: the proof needs the mask shuffled "
-                "along with the tokens.")])
+        [Choice(text, f"Measured gap {gaps[key]:.1g}: {why}.", right=_rounding(gaps[key]))
+         for text, (key, why) in measured.items()])
 
 
 def _ch04_path() -> ChoiceQuestion:

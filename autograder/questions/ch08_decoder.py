@@ -138,11 +138,15 @@ def _run_cross(answer, case, rec):
         rec.output("weights", weights)
     _grads_of_x_and_context(rec, p, out, x, context, module)
 
-register(Question(id="cross_attention", chapter="08_decoder", title="Cross-attention", points=3,
-                  answer_name="CrossAttention", kind="class", cases=CROSS_CASES, run_case=_run_cross,
-                  forbidden=("attention",),
-                  outputs={"out": "(B, T, E)", "weights": "(B, heads, T, S)", "grad_x": "(B, T, E)",
-                           "grad_context": "(B, S, context_dim)"}))
+def _attention_module(**fields) -> Question:
+    """One of the chapter's two 3-point modules built on attention, which they write themselves."""
+    return Question(chapter="08_decoder", points=3, kind="class", forbidden=("attention",), **fields)
+
+
+register(_attention_module(id="cross_attention", title="Cross-attention", answer_name="CrossAttention",
+                           cases=CROSS_CASES, run_case=_run_cross,
+                           outputs={"out": "(B, T, E)", "weights": "(B, heads, T, S)", "grad_x": "(B, T, E)",
+                                    "grad_context": "(B, S, context_dim)"}))
 
 # --------------------------------------------------------------------------- decoder block
 
@@ -190,8 +194,7 @@ def _run_decoder(answer, case, rec):
         rec.output("out (last token changed)", run(rec.tensor(changed, dtype=p.get("dtype"))))
     _grads_of_x_and_context(rec, p, out, x, context, module)
 
-register(Question(id="decoder_block", chapter="08_decoder", title="Decoder block", points=3,
-                  answer_name="DecoderBlock", kind="class", cases=DEC_CASES, run_case=_run_decoder,
-                  forbidden=("attention",),
-                  outputs={"out": "(B, T, dim)", "out (last token changed)": "(B, T, dim)", "grad_x": "(B, T, dim)",
-                           "grad_context": "(B, S, context_dim)"}))
+register(_attention_module(id="decoder_block", title="Decoder block", answer_name="DecoderBlock",
+                           cases=DEC_CASES, run_case=_run_decoder,
+                           outputs={"out": "(B, T, dim)", "out (last token changed)": "(B, T, dim)",
+                                    "grad_x": "(B, T, dim)", "grad_context": "(B, S, context_dim)"}))

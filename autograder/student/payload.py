@@ -108,19 +108,13 @@ def _fetch_held(emit, fd: int, source_class=None) -> dict:
     read them from ``fd``, where they arrive length-prefixed. The host's clock of the training
     starts now."""
     emit(wire.frame({"event": "inputs"}))
-
-    def read(n: int) -> bytes:
-        chunks = []
-        while n:
-            chunk = os.read(fd, min(n, 1 << 20))
-            if not chunk:
-                raise EOFError("the grader closed the channel of the training data")
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
-
-    size = int.from_bytes(read(4), "big")
-    return wire.read_inputs(read(size), source_class).arrays if size else {}
+    with os.fdopen(fd, "rb", closefd=False) as channel:    # a buffered read returns n bytes, or fewer at EOF
+        head = channel.read(4)
+        size = int.from_bytes(head, "big")
+        blob = channel.read(size)
+    if len(head) < 4 or len(blob) < size:
+        raise EOFError("the grader closed the channel of the training data")
+    return wire.read_inputs(blob, source_class).arrays if size else {}
 
 
 _WARM: dict = {}     # what prepare() made in the sandbox's zygote, inherited by every run

@@ -371,7 +371,7 @@ def rope_clockwise(x, base=10000):
     return out
 
 
-@wrong("apply_rope", "rope_exponent_i_over_d")
+@wrong("apply_rope", "rope_exponent")
 def rope_exponent_pair_index(x, base=10000):
     T, D = x.shape[-2], x.shape[-1]
     i = torch.arange(D // 2, dtype=x.dtype)
@@ -393,7 +393,7 @@ def rope_positions_one_based(x, base=10000):
     return out
 
 
-@wrong("apply_rope", "rope_exponent_doubled_twice")
+@wrong("apply_rope", "rope_exponent")
 def rope_feature_index_doubled(x, base=10000):
     T, D = x.shape[-2], x.shape[-1]
     feature = torch.arange(0, D, 2, dtype=x.dtype)                               # 0, 2, 4...: already 2i
