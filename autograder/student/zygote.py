@@ -807,6 +807,36 @@ _PROTOCOL_FDS: list[int] = []
 _OWN_PID_NS: list[int] = []     # the zygote's own pid namespace (an fd), taken back after each run's fork
 
 
+MADV_COLLAPSE = 25
+HUGE_PAGE = 2 << 20
+
+
+def _huge_pages() -> int:
+    """Collapse the zygote's private memory (the heap and the anonymous maps: ~290 MB once torch is
+    imported, most of it the objects of the preloaded modules) into 2 MiB pages; returns the bytes
+    collapsed. Every run forks this process (and its student process forks once per probe), and a
+    fork copies, and its exit frees, one page-table entry per page: with huge pages that is one per
+    2 MiB, not per 4 KiB. The pages stay shared until written; a write splits only the huge page it
+    lands in. A fork and exit of the zygote went from 9.3 to 4.1 ms on the course's 2-core machine.
+    Linux 6.1+ with transparent huge pages; elsewhere nothing changes."""
+    madvise = getattr(_libc, "madvise", None)
+    if madvise is None:
+        return 0
+    madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    collapsed = 0
+    with open("/proc/self/maps", encoding="ascii") as maps:
+        regions = [line.split() for line in maps]
+    for fields in regions:
+        if fields[1] != "rw-p" or (len(fields) > 5 and fields[5] != "[heap]"):
+            continue                    # only private writable memory that is no file's
+        low, high = (int(bound, 16) for bound in fields[0].split("-"))
+        start = (low + HUGE_PAGE - 1) // HUGE_PAGE * HUGE_PAGE
+        end = high // HUGE_PAGE * HUGE_PAGE
+        if end - start >= HUGE_PAGE and madvise(start, end - start, MADV_COLLAPSE) == 0:
+            collapsed += end - start
+    return collapsed
+
+
 def serve(payload_spec: str, preload: list[str]) -> None:
     proto_in = os.dup(0)
     proto_out = os.dup(1)
@@ -834,6 +864,7 @@ def serve(payload_spec: str, preload: list[str]) -> None:
     # run does not walk them, so their pages stay shared with this zygote instead of being copied
     gc.collect()
     gc.freeze()
+    _huge_pages()
     write_frame(proto_out, {"status": "ready", "pid": os.getpid(), "prepared": prepared})
     while True:
         try:
