@@ -161,6 +161,26 @@ def test_export_writes_the_gradebook_scores(graded):
             assert rows[key] == value, key
 
 
+def test_a_new_gradebook_is_stamped_with_the_revision_nbgrader_stamps(tmp_path, monkeypatch):
+    """The grader reads the alembic revision a new gradebook gets from nbgrader's migration scripts
+    in its own process; nbgrader's ``get_alembic_version`` runs the ``alembic`` program for the
+    same answer. A new gradebook written by the grader carries it, and nbgrader opens it as its own."""
+    import sqlite3
+
+    from nbgrader.api import Gradebook, get_alembic_version
+
+    from autograder.batch import gradebook
+
+    monkeypatch.setenv("PATH", str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    url = f"sqlite:///{tmp_path}/gradebook.db"
+    gradebook.write(url, "course", {}, [])
+    with sqlite3.connect(tmp_path / "gradebook.db") as db:
+        stamped = db.execute("SELECT version_num FROM alembic_version").fetchall()
+    assert stamped == [(get_alembic_version(),)]
+    with Gradebook(url, "course") as gb:
+        assert gb.students == []
+
+
 def test_stderr_warnings_are_dropped_but_other_stderr_is_kept():
     """The nbgrader_config.py setting behind test_warnings_on_stderr_cost_no_points."""
     from nbgrader.preprocessors import IgnorePattern
