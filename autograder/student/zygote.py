@@ -824,8 +824,11 @@ def _huge_pages() -> int:
         return 0
     madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
     collapsed = 0
-    with open("/proc/self/maps", encoding="ascii") as maps:
-        regions = [line.split() for line in maps]
+    try:
+        with open("/proc/self/maps", encoding="ascii") as maps:
+            regions = [line.split() for line in maps]
+    except OSError:                     # no /proc (not Linux: mode 'limits' only)
+        return 0
     for fields in regions:
         if fields[1] != "rw-p" or (len(fields) > 5 and fields[5] != "[heap]"):
             continue                    # only private writable memory that is no file's
