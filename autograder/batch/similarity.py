@@ -602,11 +602,12 @@ def _pair_score(prints: list[np.ndarray], table: Frequencies, totals: list[float
     return (shared / smaller if smaller > 0 else 0.0), shared
 
 
-def _fingerprint_pairs(prints: list[np.ndarray], table: Frequencies, totals: list[float],
+def _fingerprint_pairs(prints: list[np.ndarray], table: Frequencies, totals: list[float], rare_prints: np.ndarray,
                        threshold: float) -> dict[tuple[int, int], tuple[float, float]]:
-    """``{(i, j): (score, shared weight)}`` of the pairs the fingerprint rule reports."""
+    """``{(i, j): (score, shared weight)}`` of the pairs the fingerprint rule reports, proposed by
+    the ``rare_prints``."""
     out = {}
-    for (i, j), rare in candidates(prints, table.rare(rare_cap(len(prints)))).items():
+    for (i, j), rare in candidates(prints, rare_prints).items():
         if rare < MIN_RARE:
             continue
         score, shared = _pair_score(prints, table, totals, i, j)
@@ -623,9 +624,9 @@ def similar_pairs(assignment: str, submissions: list[Submission], keep: frozense
     prints = [_long_fingerprints(s) for s in submissions]
     table = Frequencies(prints)
     totals = [table.weight(p) for p in prints]
-    by_prints = _fingerprint_pairs(prints, table, totals, threshold)
-    by_answers = identical_pairs(submissions, set(by_prints))
     rare_prints = table.rare(rare_cap(len(prints)))
+    by_prints = _fingerprint_pairs(prints, table, totals, rare_prints, threshold)
+    by_answers = identical_pairs(submissions, set(by_prints))
     pairs = []
     for i, j in sorted(set(by_prints) | set(by_answers)):
         a, b = sorted((submissions[i], submissions[j]), key=lambda s: s.student)

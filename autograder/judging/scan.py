@@ -79,7 +79,7 @@ def parsed_cell(cell: str) -> ast.Module | None:
 def _parse(cell: str) -> ast.Module:
     """``ast.parse(cell)``, shared between the scans (see above); a cell that does not parse is parsed
     again, so that it raises what ``ast.parse`` raises."""
-    tree = _parse_cached(cell) if len(cell) <= _CACHED_CELL_CHARS else None
+    tree = parsed_cell(cell)
     return tree if tree is not None else ast.parse(cell)
 
 
