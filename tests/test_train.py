@@ -383,3 +383,74 @@ def test_command_line_and_python_api_give_the_same_seeded_run(tmp_path):
     state = model.state_dict()
     assert saved["state_dict"].keys() == state.keys()
     assert all(torch.equal(saved["state_dict"][k], state[k]) for k in state)
+
+
+def test_precision_auto_is_bf16_only_for_timed_cpu_runs_with_matrix_units_and_compiles_only_those(monkeypatch):
+    from vitref.training import config as vconfig
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(vconfig, "has_bf16_matrix_units", lambda: True)
+    assert vconfig.autocast_dtype("auto", cpu, timed=True) is torch.bfloat16
+    assert vconfig.autocast_dtype("auto", cpu, timed=False) is None        # counted runs: float32 on every CPU
+    assert vconfig.autocast_dtype("auto", cuda, timed=True) is None
+    assert vconfig.autocast_dtype("fp32", cpu, timed=True) is None
+    assert vconfig.autocast_dtype("bf16", cpu) is torch.bfloat16
+    with pytest.raises(ValueError, match=r"unknown precision 'fp16': expected one of \['fp32', 'bf16', 'auto'\]"):
+        vconfig.autocast_dtype("fp16", cpu)
+    ten = vtrain.TrainConfig(minutes=10)
+    assert vconfig.compiles(ten, cpu) and not vconfig.compiles(vtrain.TrainConfig(minutes=1), cpu)
+    assert not vconfig.compiles(vtrain.TrainConfig(epochs=50), cpu)
+    assert not vconfig.compiles(vtrain.TrainConfig(minutes=10, compile=False), cpu)
+    assert not vconfig.compiles(vtrain.TrainConfig(minutes=10, precision="fp32"), cpu)
+    assert vconfig.compiles(vtrain.TrainConfig(steps=3, compile=True), cpu)
+    assert vconfig.resolved(ten, cpu) == vtrain.TrainConfig(minutes=10, precision="bf16", compile=True)
+    monkeypatch.setattr(vconfig, "has_bf16_matrix_units", lambda: False)     # e.g. an AMD or older Intel CPU
+    assert vconfig.resolved(ten, cpu) == vtrain.TrainConfig(minutes=10, precision="fp32", compile=False)
+
+
+def test_a_bf16_step_autocasts_the_forward_and_keeps_float32_gradients():
+    torch.manual_seed(0)
+    model = vitref.ViT(28, 7, 1, 10, 32, 2, 4, 64)
+    x, y = torch.randn(16, 1, 28, 28), torch.randint(0, 10, (16,))
+
+    def step(precision):
+        model.zero_grad(set_to_none=True)
+        loss, _ = vtrain.forward_backward(model, x, y, None, vtrain.TrainConfig(precision=precision))
+        return loss, [p.grad.clone() for p in model.parameters()]
+
+    loss32, grads32 = step("fp32")
+    loss16, grads16 = step("bf16")
+    assert loss16.dtype == torch.float32 and all(g.dtype == torch.float32 for g in grads16)
+    assert loss16 != loss32                                     # the forward really ran in bfloat16...
+    torch.testing.assert_close(loss16, loss32, rtol=2e-2, atol=0)   # ...to bfloat16's precision
+    cosine = torch.cosine_similarity(torch.cat([g.flatten() for g in grads16]),
+                                     torch.cat([g.flatten() for g in grads32]), dim=0)
+    assert cosine > 0.99
+    assert step("auto")[0] == loss32                           # no time budget: float32
+
+
+def test_a_compiled_run_keeps_all_cores_untuned_and_the_history_says_what_ran(monkeypatch):
+    from vitref.training import loop
+
+    monkeypatch.setattr(loop, "available_cores", lambda: 2)
+    cpu = torch.device("cpu")
+    try:
+        torch.set_num_threads(1)
+        assert loop._thread_tuner(vtrain.TrainConfig(minutes=10, compile=True), cpu) is None
+        assert torch.get_num_threads() == 2                  # one thread count: one compilation
+        assert loop._thread_tuner(vtrain.TrainConfig(minutes=10, compile=False), cpu).options == [1, 2, (1, 2)]
+    finally:
+        torch.set_num_threads(vtrain.available_cores())
+    _, history = vtrain.train(steps=2, precision="bf16", out=None, threads=1, tta="none", **TINY)
+    assert history["config"]["precision"] == "bf16" and history["config"]["compile"] is False
+    _, history = vtrain.train(steps=2, out=None, threads=1, tta="none", **TINY)
+    assert history["config"]["precision"] == "fp32"           # 'auto' written out: a counted run
+
+
+def test_the_command_line_keeps_freed_memory_for_the_next_step_on_glibc():
+    import platform
+
+    probe = "from vitref.training.cli import keep_freed_memory; print(keep_freed_memory())"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+    glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert out == ("True" if glibc else "False")

@@ -13,14 +13,15 @@ In the book (chapter 7) or a notebook::
 
 The modules, by responsibility (each imports only those above it, never a private name)::
 
-    config    TrainConfig (every setting of a run, defaults = the recipe), PRESETS, resolve_device
+    config    TrainConfig (every setting of a run, defaults = the recipe), PRESETS, resolve_device,
+              autocast_dtype, compiles, resolved (what 'auto' precision and compile=None mean on a device)
     optim     param_groups (AdamW decay / no decay), warmup_cosine and lr_at (the schedule)
     models    build_model, init_sincos_positions, load_checkpoint
     evaluate  evaluate with test-time augmentation (TTA_MODES), shift_images
     tuner     available_cores, ThreadTuner, batch_slices, SlicedForward (how a CPU run uses its cores)
     teacher   ConvTeacher, train_teacher, teacher_logits, distillation_loss, distillation_targets
     loop      train (the whole run), forward_backward (one batch's loss and gradients)
-    cli       parse_args, main (``python -m vitref.train``, ``vitref-train``)
+    cli       parse_args, main (``python -m vitref.train``, ``vitref-train``), keep_freed_memory
 
 **The budget.** ``--minutes M`` bounds the whole command (process start, data loading,
 training and the final test evaluation). The learning-rate schedule (linear warm-up, then
@@ -34,7 +35,13 @@ history; ``--steps N`` reruns that many steps on a step-based schedule, determin
 On a CPU, a timed run also picks how to use the cores as it goes (:class:`ThreadTuner`): one
 thread, all cores, or the batch cut into slices that run in parallel threads (the fastest for
 this small model on an idle machine); on a shared machine one thread can be many times faster
-than all cores.
+than all cores. Where the CPU multiplies bfloat16 matrices in hardware (Intel AMX), a timed run
+of 5 minutes or more also autocasts the forward pass to bfloat16 and ``torch.compile``s the model
+(``precision='auto'``, ``compile=None``; weights, gradients, optimizer and evaluation stay
+float32): about 1.3 times the steps there, and the history records what ran. A compiled run
+keeps all cores and is not tuned (each thread count would be a compilation of its own). Counted runs stay
+float32 on every CPU (``--precision bf16`` or ``--compile`` ask for them). The command line also
+keeps the memory a step frees for the next one (:func:`~vitref.training.cli.keep_freed_memory`).
 
 **The default recipe** (Fashion-MNIST on a 2-core CPU; chosen on a validation split carved
 from the training set, never on the test set; every recipe tried is in bench/RESULTS.md):

@@ -10,6 +10,7 @@ the process, as the ``--minutes`` budget does.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import os
 import sys
@@ -18,7 +19,7 @@ import typing
 from typing import Any
 
 from .. import data as vdata
-from .config import PRESETS, TrainConfig, resolve_device
+from .config import PRECISIONS, PRESETS, TrainConfig, resolve_device
 from .evaluate import TTA_MODES
 from .loop import train
 
@@ -39,13 +40,31 @@ def _process_start_time() -> float:
         return time.time()
 
 
+def keep_freed_memory() -> bool:
+    """Ask glibc's allocator to keep what a train step frees for the next step (Linux with glibc
+    only; returns whether it could). By default every tensor over 128 KiB is a fresh ``mmap`` that
+    ``free`` hands back to the system, so each step faults all its activations in again; with the
+    thresholds at 1 GiB they are reused from the heap. Process-wide, so only the command line sets
+    it (bench/RESULTS.md, "CPU levers")."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):         # musl or another C library: leave it as it is
+        return False
+    m_trim_threshold, m_mmap_threshold = -1, -3
+    return bool(mallopt(m_mmap_threshold, 1 << 30)) and bool(mallopt(m_trim_threshold, 1 << 30))
+
+
 def _program_name() -> str:
     """``vitref-train`` when run as the console script, else ``python -m vitref.train``."""
     return "vitref-train" if os.path.basename(sys.argv[0]) == "vitref-train" else "python -m vitref.train"
 
 
 # what the config's field types do not say: choices, other names, help beyond the default
-CHOICES: dict[str, Any] = {"dataset": lambda: sorted(vdata.DATASET_INFO), "tta": lambda: TTA_MODES}
+CHOICES: dict[str, Any] = {"dataset": lambda: sorted(vdata.DATASET_INFO), "tta": lambda: TTA_MODES,
+                          "precision": lambda: PRECISIONS}
 ALIASES = {"num_heads": ("--heads",)}
 HELP = {
     "threads": "torch threads (default: timed CPU runs pick 1 or all cores as they go; 0 forces that)",
@@ -106,6 +125,7 @@ def main(argv=None) -> None:
         resolve_device(config.device)
     except ValueError as error:            # e.g. the GPU preset on a machine without CUDA: one line
         sys.exit(f"{_program_name()}: {error}")
+    keep_freed_memory()
     model, history = train(config, start_time=start)
     where = f" in {history['run_dir']}" if "run_dir" in history else ""
     print(f"{history['num_parameters']:,} parameters, {history['steps']} steps "
@@ -114,4 +134,4 @@ def main(argv=None) -> None:
     print(f"test_accuracy={history['test_accuracy']:.4f} wall_seconds={time.time() - start:.0f}")
 
 
-__all__ = ["build_parser", "parse_args", "main", "DESCRIPTION"]
+__all__ = ["build_parser", "parse_args", "main", "keep_freed_memory", "DESCRIPTION"]

@@ -1,7 +1,7 @@
 """What defines a training run: :class:`TrainConfig`, the named :data:`PRESETS`, the device."""
 from __future__ import annotations
 
-from dataclasses import InitVar, dataclass
+from dataclasses import InitVar, dataclass, replace
 from typing import Any
 
 import torch
@@ -67,7 +67,12 @@ class TrainConfig:
     # torch threads; None: adaptive for timed CPU runs (ThreadTuner), else torch's; 0: adaptive
     threads: int | None = None
     device: str = "auto"
-    compile: bool = False
+    # torch.compile the model the steps call; None: where it pays (see :func:`compiles`)
+    compile: bool | None = None
+    # 'fp32'; 'bf16': forward pass and loss autocast to bfloat16 (weights, gradients, optimizer and
+    # evaluation stay float32); 'auto': bf16 for timed runs on a CPU with bfloat16 matrix units
+    # (Intel AMX), fp32 otherwise (counted runs stay float32: the same numbers on every CPU)
+    precision: str = "auto"
     cuda_graph: bool = False      # record the step as a CUDA graph, replay it (vitref.training.graphed; CPU: eager)
     tf32: bool = False            # float32 matrix products on TF32 units (GPU; torch's 'high' matmul precision)
     train_limit: int | None = None  # use only the first N training images (VITREF_FAST sets it)
@@ -109,4 +114,49 @@ def resolve_device(name: str) -> torch.device:
     return device
 
 
-__all__ = ["TrainConfig", "PRESETS", "resolve_device"]
+PRECISIONS = ("fp32", "bf16", "auto")
+COMPILE_MIN_MINUTES = 5.0       # compile=None: a timed run shorter than this is not compiled
+
+
+def has_bf16_matrix_units() -> bool:
+    """Whether this CPU multiplies bfloat16 matrices in hardware (Intel AMX): there a bf16 train step
+    is faster; elsewhere the CPU converts and computes in float32, and bf16 is slower."""
+    check = getattr(torch.cpu, "_is_amx_tile_supported", None)
+    try:
+        return bool(check()) if check is not None else False
+    except RuntimeError:
+        return False
+
+
+def autocast_dtype(precision: str, device: torch.device, timed: bool = False) -> torch.dtype | None:
+    """The dtype the forward pass is autocast to (``None``: float32 throughout) for ``precision``
+    (see :class:`TrainConfig`) on ``device``; ``timed``: the run has a time budget."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}: expected one of {list(PRECISIONS)}")
+    if precision == "bf16" or (precision == "auto" and timed and device.type == "cpu" and has_bf16_matrix_units()):
+        return torch.bfloat16
+    return None
+
+
+def compiles(config: TrainConfig, device: torch.device) -> bool:
+    """Whether the run ``torch.compile``s its model: ``config.compile`` when given; else (None) a timed
+    CPU run of at least :data:`COMPILE_MIN_MINUTES` whose steps are autocast to bfloat16. There the
+    compiled step fuses the casts and elementwise work around the matrix products (about 1.3x the
+    steps, bench/RESULTS.md, "CPU levers"), and the ~25 s of compiling is a small share of the budget;
+    in float32 compiling gained nothing measurable, and it rules out the batch slices."""
+    if config.compile is not None:
+        return config.compile
+    timed = config.minutes is not None
+    return (device.type == "cpu" and timed and config.minutes >= COMPILE_MIN_MINUTES
+            and autocast_dtype(config.precision, device, timed) is not None)
+
+
+def resolved(config: TrainConfig, device: torch.device) -> TrainConfig:
+    """``config`` with what ``'auto'`` and ``None`` mean for this run on ``device`` written out
+    (``precision`` 'fp32' or 'bf16', ``compile`` True or False): what the history records."""
+    dtype = autocast_dtype(config.precision, device, config.minutes is not None)
+    return replace(config, precision="bf16" if dtype is not None else "fp32", compile=compiles(config, device))
+
+
+__all__ = ["TrainConfig", "PRESETS", "PRECISIONS", "COMPILE_MIN_MINUTES", "resolve_device", "has_bf16_matrix_units",
+           "autocast_dtype", "compiles", "resolved"]

@@ -10,6 +10,7 @@ import math
 import os
 import sys
 import time
+from contextlib import nullcontext
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import data as vdata
-from .config import TrainConfig, resolve_device
+from .config import TrainConfig, autocast_dtype, resolve_device, resolved
 from .evaluate import evaluate, forward_passes
 from .graphed import CapturedStep, capturable_adamw, set_learning_rate
 from .models import build_model, init_sincos_positions
@@ -38,19 +39,22 @@ def forward_backward(model, x, y, teacher_batch, config: TrainConfig, splits: in
     batch, so the gradients accumulated in the shared parameters are the whole batch's (PyTorch
     adds concurrent backward passes' gradients under a lock). The model must not depend on the
     batch as a whole (no BatchNorm), which holds for the ViT. ``teacher_batch (B, K)`` holds the
-    distillation teacher's logits for the batch, or ``None``.
+    distillation teacher's logits for the batch, or ``None``. With ``config.precision`` bf16 the
+    forward pass and the loss run under autocast (per thread: autocast is thread-local).
     """
     size = len(y)
+    dtype = autocast_dtype(config.precision, x.device, config.minutes is not None)
 
     def run(part: slice):
-        logits = model(x[part])                                               # (b, num_classes)
-        loss = F.cross_entropy(logits, y[part], label_smoothing=config.label_smoothing)
-        if teacher_batch is not None:
-            if config.distill == "soft":
-                distill_loss = distillation_loss(logits, teacher_batch[part], config.distill_temperature)
-            else:
-                distill_loss = F.cross_entropy(logits, teacher_batch[part].argmax(-1))
-            loss = (1 - config.distill_weight) * loss + config.distill_weight * distill_loss
+        with torch.autocast(x.device.type, dtype=dtype) if dtype is not None else nullcontext():
+            logits = model(x[part])                                           # (b, num_classes)
+            loss = F.cross_entropy(logits, y[part], label_smoothing=config.label_smoothing)
+            if teacher_batch is not None:
+                if config.distill == "soft":
+                    distill_loss = distillation_loss(logits, teacher_batch[part], config.distill_temperature)
+                else:
+                    distill_loss = F.cross_entropy(logits, teacher_batch[part].argmax(-1))
+                loss = (1 - config.distill_weight) * loss + config.distill_weight * distill_loss
         loss = loss * (len(logits) / size)
         loss.backward()
         return loss.detach(), (logits.argmax(-1) == y[part]).sum()
@@ -82,6 +86,7 @@ def _train(config: TrainConfig | None, start_time: float | None, overrides: dict
     start = time.time() if start_time is None else start_time
     config = _settings(config, overrides)
     device = resolve_device(config.device)
+    config = resolved(config, device)                  # 'auto' precision, compile=None: what they mean here
     if config.tf32:
         torch.set_float32_matmul_precision("high")     # float32 matrix products on TF32 units (GPU)
     tuner = _thread_tuner(config, device)
@@ -155,6 +160,11 @@ def _thread_tuner(config: TrainConfig, device: torch.device) -> ThreadTuner | No
     no thread count, on a machine with several cores); else the fixed thread count is set."""
     adaptive = config.threads == 0 or (config.threads is None and config.minutes is not None)
     if adaptive and device.type == "cpu" and available_cores() > 1:
+        if config.compile:
+            # A compiled model is compiled again for each thread count (~25 s each), and two slice
+            # threads compiling it at once can deadlock: a compiled run keeps all cores, untuned.
+            torch.set_num_threads(available_cores())
+            return None
         return ThreadTuner(cpu_options())
     if config.threads:
         torch.set_num_threads(config.threads)
@@ -356,11 +366,11 @@ def _epoch(run: _Run, epoch: int, budget: _Budget, steps_per_epoch: int) -> dict
                   train_loss=float(loss_sum) / seen, train_accuracy=int(correct) / seen, lr=lr,
                   seconds=round(time.time() - run.start, 2), epoch_seconds=round(time.time() - epoch_start, 2))
     if config.val_size:
-        result = evaluate(run.step_model, run.data.val_images, run.data.val_labels, run.info, config.eval_batch_size,
+        result = evaluate(run.model, run.data.val_images, run.data.val_labels, run.info, config.eval_batch_size,
                           config.tta, run.device)
         record.update({f"val_{k}": v for k, v in result.items()})
     if config.eval_every_epoch:
-        result = evaluate(run.step_model, run.data.test_images, run.data.test_labels, run.info,
+        result = evaluate(run.model, run.data.test_images, run.data.test_labels, run.info,
                           config.eval_batch_size, config.tta, run.device)
         record.update({f"test_{k}": v for k, v in result.items()})
     if run.progress_bar is not None:
@@ -421,9 +431,9 @@ def _final_evaluation(run: _Run, history: dict, budget: _Budget, train_seconds: 
     the validation results too (of the averaged weights, or of the last epoch)."""
     config, data = run.config, run.data
     eval_start = time.time()
-    eval_model: torch.nn.Module | SlicedForward = run.step_model
+    eval_model: torch.nn.Module | SlicedForward = run.model
     if run.tuner is not None and run.tuner.splits > 1:      # evaluate the way the tuner found fastest
-        eval_model = SlicedForward(run.step_model, run.tuner.splits, run.slice_pool)
+        eval_model = SlicedForward(run.model, run.tuner.splits, run.slice_pool)
     result = evaluate(eval_model, data.test_images, data.test_labels, run.info, config.eval_batch_size, config.tta,
                       run.device)
     if run.slice_pool is not None:
@@ -435,7 +445,7 @@ def _final_evaluation(run: _Run, history: dict, budget: _Budget, train_seconds: 
                    eval_seconds=round(time.time() - eval_start, 2), **{f"test_{k}": v for k, v in result.items()})
     if config.val_size:
         if run.ema_model is not None:
-            result = evaluate(run.step_model, data.val_images, data.val_labels, run.info, config.eval_batch_size,
+            result = evaluate(run.model, data.val_images, data.val_labels, run.info, config.eval_batch_size,
                               config.tta, run.device)
             history.update({f"val_{k}": v for k, v in result.items()})
         elif history["epochs"] and "val_accuracy" in history["epochs"][-1]:
