@@ -39,14 +39,14 @@ def test_a_full_command_line_gives_the_config_it_spells_with_the_fields_types():
     argv = ("--dataset cifar10 --epochs 2.5 --steps 40 --patch-size 4 --dim 32 --depth 2 --heads 2 --mlp-dim 96 "
             "--dropout 0.1 --arch timm --pos-init random --pool mean --batch-size 32 --lr 1e-3 --min-lr 1e-5 "
             "--grad-clip 0 --distill soft --teacher-epochs 3 --crop-padding 2 --no-flip --erase 0.25 --tta flip "
-            "--eval-every-epoch --seed 7 --threads 2 --device cpu --compile --precision bf16 --train-limit 512 --out none "
-            "--name trial --no-progress").split()
+            "--eval-every-epoch --seed 7 --threads 2 --device cpu --compile --precision bf16 --train-limit 512 "
+            "--out none --name trial --no-progress").split()
     expected = TrainConfig(dataset="cifar10", epochs=2.5, steps=40, patch_size=4, dim=32, depth=2, num_heads=2,
                            mlp_dim=96, dropout=0.1, arch="timm", pos_init="random", pool="mean", batch_size=32,
                            lr=1e-3, min_lr=1e-5, grad_clip=0.0, distill="soft", teacher_epochs=3.0,
                            crop_padding=2, flip=False, erase=0.25, tta="flip", eval_every_epoch=True, seed=7,
-                           threads=2, device="cpu", compile=True, precision="bf16", train_limit=512, out=None, name="trial",
-                           progress=False)
+                           threads=2, device="cpu", compile=True, precision="bf16", train_limit=512, out=None,
+                           name="trial", progress=False)
     config = cli.parse_args(argv)
     assert config == expected
     assert type(config.steps) is int and type(config.epochs) is float and type(config.grad_clip) is float
