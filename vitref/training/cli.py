@@ -42,9 +42,10 @@ def _process_start_time() -> float:
 
 def keep_freed_memory() -> bool:
     """Ask glibc's allocator to keep what a train step frees for the next step (Linux with glibc
-    only; returns whether it could). By default every tensor over 128 KiB is a fresh ``mmap`` that
-    ``free`` hands back to the system, so each step faults all its activations in again; with the
-    thresholds at 1 GiB they are reused from the heap. Process-wide, so only the command line sets
+    only; returns whether it could). By default a tensor over glibc's mmap threshold (128 KiB at
+    first, raised as blocks are freed) is a fresh ``mmap`` that ``free`` hands back to the system,
+    so a step faults its activations in again; with the thresholds at 1 GiB they are reused from
+    the heap. Process-wide, so only the command line sets
     it (bench/RESULTS.md, "CPU levers")."""
     if not sys.platform.startswith("linux"):
         return False
