@@ -39,8 +39,8 @@ than all cores. Where the CPU multiplies bfloat16 matrices in hardware (Intel AM
 of 5 minutes or more also autocasts the forward pass to bfloat16 and ``torch.compile``s the model
 (``precision='auto'``, ``compile=None``; weights, gradients, optimizer and evaluation stay
 float32): about 1.3 times the steps there, and the history records what ran. A compiled run
-keeps all cores and is not tuned (each thread count would be a compilation of its own). Counted runs stay
-float32 on every CPU (``--precision bf16`` or ``--compile`` ask for them). The command line also
+keeps all cores and is not tuned (each thread count would be a compilation of its own). Counted
+runs stay float32 on every CPU (``--precision bf16`` or ``--compile`` ask for them). The command line also
 keeps the memory a step frees for the next one (:func:`~vitref.training.cli.keep_freed_memory`).
 
 **The default recipe** (Fashion-MNIST on a 2-core CPU; chosen on a validation split carved

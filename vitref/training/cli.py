@@ -45,8 +45,7 @@ def keep_freed_memory() -> bool:
     only; returns whether it could). By default a tensor over glibc's mmap threshold (128 KiB at
     first, raised as blocks are freed) is a fresh ``mmap`` that ``free`` hands back to the system,
     so a step faults its activations in again; with the thresholds at 1 GiB they are reused from
-    the heap. Process-wide, so only the command line sets
-    it (bench/RESULTS.md, "CPU levers")."""
+    the heap. Process-wide, so only the command line sets it (bench/RESULTS.md, "CPU levers")."""
     if not sys.platform.startswith("linux"):
         return False
     try:

@@ -142,8 +142,9 @@ def compiles(config: TrainConfig, device: torch.device) -> bool:
     """Whether the run ``torch.compile``s its model: ``config.compile`` when given; else (None) a timed
     CPU run of at least :data:`COMPILE_MIN_MINUTES` whose steps are autocast to bfloat16. There the
     compiled step fuses the casts and elementwise work around the matrix products (about 1.3x the
-    steps, bench/RESULTS.md, "CPU levers"), and the 20 to 40 s of compiling is a small share of the
-    budget; in float32 compiling gained nothing measurable, and it rules out the batch slices."""
+    steps, bench/RESULTS.md, "CPU levers"), and the 20 s (warm cache) to 60 s (cold) of compiling is
+    a small share of the budget; in float32 compiling gained nothing measurable, and it rules out the
+    batch slices."""
     if config.compile is not None:
         return config.compile
     if config.minutes is None or config.minutes < COMPILE_MIN_MINUTES or device.type != "cpu":
