@@ -86,7 +86,7 @@ def test_notebooks_are_stored_without_outputs():
 def test_notebook_runs_under_nbval(notebook):
     """Each chapter runs top to bottom in a fresh kernel (nbval, lax: outputs are not compared)."""
     cmd = [sys.executable, "-m", "pytest", "--nbval-lax", "--nbval-current-env", "--nbval-cell-timeout=600",
-           "-p", "no:cacheprovider", "-q", "--rootdir", str(BOOK), str(notebook)]
+           "--nbval-kernel-startup-timeout=300", "-p", "no:cacheprovider", "-q", "--rootdir", str(BOOK), str(notebook)]
     result = subprocess.run(cmd, cwd=BOOK, env=fast_env(), capture_output=True, text=True, timeout=900)
     summary = result.stdout.strip().splitlines()[-1:] or [""]
     assert result.returncode == 0, f"nbval failed on {notebook.name}:\n{result.stdout[-6000:]}\n{result.stderr[-2000:]}"

@@ -251,7 +251,7 @@ def _nbval(paths: list[Path], cwd: Path, workers: int = 2) -> None:
     groups = [paths[i::workers] for i in range(workers) if paths[i::workers]]
     procs = [subprocess.Popen(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--nbval-lax",
-         "--nbval-current-env", f"--rootdir={cwd}", *map(str, group)],
+         "--nbval-current-env", "--nbval-kernel-startup-timeout=300", f"--rootdir={cwd}", *map(str, group)],
         cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         for group in groups]
     failures = []
