@@ -46,8 +46,7 @@ keeps the memory a step frees for the next one (:func:`~vitref.training.cli.keep
 **The default recipe** (Fashion-MNIST on a 2-core CPU; chosen on a validation split carved
 from the training set, never on the test set; every recipe tried is in bench/RESULTS.md):
 patch 7 (4 x 4 = 16 patches + CLS), D = 64, 4 blocks, 4 heads, MLP 128 (139,018 parameters:
-small, so that it sees about 50 epochs in 10 minutes on an idle 2-core machine; where the step is
-compiled in bfloat16 the MLP is 256 wide, 205,066 parameters, which costs no more per step there); positions
+small, so that it sees about 50 epochs in 10 minutes on an idle 2-core machine); positions
 start at a 2-D sine-cosine table; AdamW (lr 2e-3, weight decay 0.05), batch 256, 5% warm-up
 then cosine to zero, label smoothing 0.1, gradient clipping at 1; random shifts of up to one
 pixel (crop with padding 1) and horizontal flips; test-time averaging of 10 views of each

@@ -70,7 +70,6 @@ HELP = {
     "threads": "torch threads (default: timed CPU runs pick 1 or all cores as they go; 0 forces that)",
     "grad_clip": "(default 1.0; 0 disables)",
     "num_heads": "(default 4; --heads is its old name)",
-    "mlp_dim": "(default 128; 256 where a timed CPU run is compiled in bfloat16)",
 }
 
 

@@ -27,9 +27,7 @@ class TrainConfig:
     dim: int = 64
     depth: int = 4
     num_heads: int = 4
-    # the MLP's hidden width; None: MLP_DIM (128), or MLP_DIM_COMPILED_BF16 (256) where a CPU run's step
-    # is compiled in bfloat16 (see :func:`resolved`)
-    mlp_dim: int | None = None
+    mlp_dim: int = 128
     dropout: float = 0.0
     patch_dropout: float = 0.0    # share of the patch tokens dropped per image in training (PatchDropout)
     arch: str = "vitref"          # 'vitref' or 'timm' (timm's VisionTransformer, for comparisons)
@@ -118,8 +116,6 @@ def resolve_device(name: str) -> torch.device:
 
 PRECISIONS = ("fp32", "bf16", "auto")
 COMPILE_MIN_MINUTES = 5.0       # compile=None: a timed run shorter than this is not compiled
-MLP_DIM = 128                   # mlp_dim=None: the recipe's MLP width in float32 ...
-MLP_DIM_COMPILED_BF16 = 256     # ... and where the CPU step is compiled in bfloat16
 
 
 def has_bf16_matrix_units() -> bool:
@@ -158,22 +154,10 @@ def compiles(config: TrainConfig, device: torch.device) -> bool:
 
 def resolved(config: TrainConfig, device: torch.device) -> TrainConfig:
     """``config`` with what ``'auto'`` and ``None`` mean for this run on ``device`` written out
-    (``precision`` 'fp32' or 'bf16', ``compile`` True or False, ``mlp_dim``): what the history records.
-
-    The MLP's width, when not given, follows the step: in float32 the recipe's 128 (at equal CPU time
-    a wider MLP with fewer epochs did no better); where the CPU step is compiled in bfloat16, 256, which
-    costs no more per step there (the matrix products are cheap on the matrix units and the fused
-    elementwise work does not grow with the width) and reached 0.919 to 0.920 in ten minutes against
-    0.915 to 0.917 with 128 (bench/RESULTS.md, "CPU levers")."""
+    (``precision`` 'fp32' or 'bf16', ``compile`` True or False): what the history records."""
     dtype = autocast_dtype(config.precision, device, config.minutes is not None)
-    compiled = compiles(config, device)
-    mlp_dim = config.mlp_dim
-    if mlp_dim is None:
-        fused_bf16 = compiled and dtype == torch.bfloat16 and device.type == "cpu"
-        mlp_dim = MLP_DIM_COMPILED_BF16 if fused_bf16 else MLP_DIM
-    return replace(config, precision="bf16" if dtype is not None else "fp32", compile=compiled, mlp_dim=mlp_dim)
+    return replace(config, precision="bf16" if dtype is not None else "fp32", compile=compiles(config, device))
 
 
-__all__ = ["TrainConfig", "PRESETS", "PRECISIONS", "COMPILE_MIN_MINUTES", "MLP_DIM", "MLP_DIM_COMPILED_BF16",
-           "resolve_device", "has_bf16_matrix_units",
+__all__ = ["TrainConfig", "PRESETS", "PRECISIONS", "COMPILE_MIN_MINUTES", "resolve_device", "has_bf16_matrix_units",
            "autocast_dtype", "compiles", "resolved"]

@@ -12,11 +12,7 @@ from .config import TrainConfig
 
 
 def build_model(config: TrainConfig, info: dict) -> torch.nn.Module:
-    """The model of ``config`` for a dataset described by ``info`` (see ``vitref.data.DATASET_INFO``).
-    ``config.mlp_dim`` must be set: :func:`vitref.training.config.resolved` writes out its default."""
-    if config.mlp_dim is None:
-        raise ValueError("config.mlp_dim is None: its width depends on the device and precision; "
-                         "pass resolved(config, device) (vitref.training.config) or give mlp_dim")
+    """The model of ``config`` for a dataset described by ``info`` (see ``vitref.data.DATASET_INFO``)."""
     if config.arch == "vitref":
         return ViT(img_size=info["img_size"], patch_size=config.patch_size, in_channels=info["in_channels"],
                    num_classes=info["num_classes"], dim=config.dim, depth=config.depth, num_heads=config.num_heads,
