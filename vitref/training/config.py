@@ -86,6 +86,11 @@ class TrainConfig:
         if heads is not None:
             self.num_heads = heads
 
+    @property
+    def timed(self) -> bool:
+        """Whether the run has a wall-clock budget (``minutes``); a counted run has only epochs or steps."""
+        return self.minutes is not None
+
 
 PRESETS: dict[str, dict[str, Any]] = {
     # the Fashion-MNIST CPU recipe: the TrainConfig defaults
@@ -155,7 +160,7 @@ def compiles(config: TrainConfig, device: torch.device) -> bool:
 def resolved(config: TrainConfig, device: torch.device) -> TrainConfig:
     """``config`` with what ``'auto'`` and ``None`` mean for this run on ``device`` written out
     (``precision`` 'fp32' or 'bf16', ``compile`` True or False): what the history records."""
-    dtype = autocast_dtype(config.precision, device, config.minutes is not None)
+    dtype = autocast_dtype(config.precision, device, config.timed)
     return replace(config, precision="bf16" if dtype is not None else "fp32", compile=compiles(config, device))
 
 

@@ -43,7 +43,7 @@ def forward_backward(model, x, y, teacher_batch, config: TrainConfig, splits: in
     forward pass and the loss run under autocast (per thread: autocast is thread-local).
     """
     size = len(y)
-    dtype = autocast_dtype(config.precision, x.device, config.minutes is not None)
+    dtype = autocast_dtype(config.precision, x.device, config.timed)
 
     def run(part: slice):
         with torch.autocast(x.device.type, dtype=dtype) if dtype is not None else nullcontext():
@@ -158,7 +158,7 @@ def _settings(config: TrainConfig | None, overrides: dict) -> TrainConfig:
 def _thread_tuner(config: TrainConfig, device: torch.device) -> ThreadTuner | None:
     """The tuner that picks how a CPU run uses its cores (``threads=0``, or a timed run that fixes
     no thread count, on a machine with several cores); else the fixed thread count is set."""
-    adaptive = config.threads == 0 or (config.threads is None and config.minutes is not None)
+    adaptive = config.threads == 0 or (config.threads is None and config.timed)
     if adaptive and device.type == "cpu" and available_cores() > 1:
         if config.compile:
             # A compiled model is compiled again for each thread count (~25 s each), and two slice
