@@ -29,7 +29,10 @@ only when the copied text is rare in the class: by its fingerprints when a long 
 decides a pair, nor one that more than ``rare_cap`` students wrote alike), or by its answers
 identical on several questions in a combination chance does not explain (the joint rule of
 :mod:`autograder.batch.similarity`: a copy of half the questions is often too little); the
-recall is printed for all copies and for the copies of a long answer.
+recall is printed for all copies and for the copies of a long answer. Beside it, a **ceiling**: the
+copies that a threshold on the joint evidence, set knowing which pairs are copies, could report
+with no independent pair (every pair scored, :func:`pair_evidence`); what no threshold separates
+from chance is out of any such rule's reach in this class.
 
 The last line: ``similarity: precision=P precision_all=P recall=R recall_long=R seconds_100x8=S seconds_1000x8=S``.
 """
@@ -39,6 +42,7 @@ import argparse
 import ast
 import inspect
 import io
+import itertools
 import json
 import random
 import re
@@ -50,9 +54,11 @@ import tokenize
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 import autograder
 from autograder.batch import similarity
-from autograder.batch.similarity_report import check_class, skeleton_sources
+from autograder.batch.similarity_report import check_class, labelled_cells, skeleton_sources
 from autograder.batch.sources import load_sources
 from autograder.batch.tasks import discover, questions_by_assignment
 
@@ -462,6 +468,45 @@ def per_assignment(made: SyntheticClass, reported: set, assignments: list[str]) 
     return lines
 
 
+def pair_evidence(answers: similarity.Answers) -> np.ndarray:
+    """``(n, n)``: every pair's joint evidence, the summed surprisal (bits) of the answers the two
+    hand in identically (the grader's :func:`~autograder.batch.similarity.identical_pairs` scores
+    only the pairs its index proposes; here all pairs, quadratic: for measuring only)."""
+    handed = np.zeros((len(answers.keys), len(answers.table)))              # (students, answers)
+    for student, rows in enumerate(answers.rows):
+        handed[student, rows] = 1.0
+    return (handed * answers.bits) @ handed.T
+
+
+def oracle_recall(evidence: dict[tuple[str, str], float], copies: set[tuple[str, str]],
+                  independent: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    """The copy pairs a threshold on the joint evidence, set knowing which pairs are copies, could
+    report with no independent pair: those above every independent pair's evidence. An upper
+    bound on what identical answers can tell in this class, not a method."""
+    top = max((evidence[p] for p in independent), default=0.0)
+    return {p for p in copies if evidence[p] > top}
+
+
+def ceiling(made: SyntheticClass, assignments: list[str]) -> tuple[set, set]:
+    """The copy pairs ``(assignment, a, b)`` an oracle threshold on the joint evidence finds
+    (:func:`oracle_recall` per assignment; independent pairs that are coincident draws left out,
+    as in the precision), and all the copy pairs."""
+    questions = questions_by_assignment()
+    above = set()
+    for assignment in assignments:
+        skeleton = similarity.Skeleton.of(skeleton_sources(ROOT / "solutions", assignment))
+        students = sorted(s for s, a in made.notebooks if a == assignment)
+        submissions = [similarity.fingerprint_submission(
+            s, labelled_cells(json.dumps(made.notebooks[(s, assignment)]).encode(), questions[assignment]), skeleton)
+            for s in students]
+        matrix = pair_evidence(similarity.Answers(submissions))
+        evidence = {(a, b): float(matrix[i, j]) for (i, a), (j, b) in itertools.combinations(enumerate(students), 2)}
+        copies = {(a, b) for (x, a, b) in made.copies if x == assignment}
+        independent = {p for p in evidence if p not in copies and not made.coincident((assignment, *p))}
+        above |= {(assignment, a, b) for a, b in oracle_recall(evidence, copies, independent)}
+    return above, set(made.copies)
+
+
 def verdict(result: dict, seconds: float, grading_seconds: float) -> tuple[bool, list[str]]:
     """Whether the targets are met: the stage within ``TARGET_SHARE`` of the grading time, the
     precision (coincident draws left out) at least ``TARGET_PRECISION``; and what misses them."""
@@ -504,6 +549,10 @@ def main(argv=None) -> int:
           f"{result['precision_all']:.3f} counting them as false positives")
     print(f"recall {result['recall']:.3f} of {result['copies']} copy pairs; {result['recall_long']:.3f} of the "
           f"{result['long_copies']} with a long answer copied")
+    above, copies = ceiling(made, ASSIGNMENTS)
+    print(f"ceiling: a threshold on the joint evidence set knowing the copies would find {len(above) / len(copies):.3f} "
+          f"with no independent pair; with the fingerprints' finds, "
+          f"{len(above | (small.reported & copies)) / len(copies):.3f}")
     print(f"similarity stage, {small.compared} notebooks: {small.seconds:.2f} s "
           f"({100 * small.seconds / args.grading_seconds:.1f}% of {args.grading_seconds:g} s of grading)")
     large_seconds = float("nan")

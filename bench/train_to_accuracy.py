@@ -6,7 +6,8 @@
 Runs the command in a fresh process (so the wall clock includes start-up and data loading),
 reads its last line ``test_accuracy=... wall_seconds=...``, and prints it with the machine's
 load average before and after (on a shared machine, other programs slow training down and the
-timed schedule then fits fewer epochs). The target is test accuracy >= 0.91 within 660 s.
+timed schedule then fits fewer epochs). The target is test accuracy >= 0.92 within 660 s (it was 0.91
+until issue 29 raised it; bench/RESULTS.md, sections 1 and 7).
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import sys
 import tempfile
 import time
 
-TARGET_ACCURACY, TARGET_SECONDS = 0.91, 660
+TARGET_ACCURACY, TARGET_SECONDS = 0.92, 660
 
 
 def _load() -> str:

@@ -138,8 +138,8 @@ def test_throughput_ratio_verdict():
 
 
 def test_train_to_accuracy_target():
-    assert train_to_accuracy.target_met(0.91, 660, 10)
-    assert not train_to_accuracy.target_met(0.9099, 600, 10)
+    assert train_to_accuracy.target_met(0.92, 660, 10)
+    assert not train_to_accuracy.target_met(0.9199, 600, 10)
     assert not train_to_accuracy.target_met(0.95, 661, 10)
     assert train_to_accuracy.target_met(0.92, 66, 1) and not train_to_accuracy.target_met(0.92, 67, 1)
 

@@ -387,6 +387,27 @@ def test_the_chance_bound_is_the_class_pairs_expected_at_it():
     assert 60 * 59 / 2 * np.mean(draws >= loose - 1.5) > 0.1
 
 
+def test_the_benchmark_ceiling_scores_every_pair_as_the_joint_rule_does():
+    """bench.similarity's oracle ceiling: every pair's joint evidence, the same bits the joint rule
+    gives the pair it reports; and the copies above every independent pair (a tie separates nothing)."""
+    from bench.similarity import oracle_recall, pair_evidence
+
+    class_ = _short_class(48, 6, 8, seed=7)
+    class_["copier"] = [c.replace("y", "mine") for c in class_["s03"]]
+    subs = [submission(s, cells, S.Skeleton()) for s, cells in class_.items()]
+    answers, names = S.Answers(subs), list(class_)
+    matrix = pair_evidence(answers)
+    [((i, j), (bits, _))] = S.identical_pairs(subs).items()
+    assert {names[i], names[j]} == {"copier", "s03"} and matrix[i, j] == pytest.approx(bits) and bits > 0
+    for a, b in [(0, 1), (2, 5), (10, 47), (3, 48)]:
+        shared = np.intersect1d(answers.keys[a], answers.keys[b])
+        assert matrix[a, b] == pytest.approx(answers.bits[answers.lookup(shared)].sum()) == pytest.approx(matrix[b, a])
+    evidence = {("a", "b"): 9.0, ("c", "d"): 5.0, ("e", "f"): 7.0}
+    assert oracle_recall(evidence, {("a", "b"), ("c", "d")}, {("e", "f")}) == {("a", "b")}
+    assert oracle_recall(evidence, {("e", "f")}, {("a", "b")}) == set()
+    assert oracle_recall({("a", "b"): 7.0, ("e", "f"): 7.0}, {("a", "b")}, {("e", "f")}) == set()
+
+
 def test_identical_answers_of_a_whole_class_propose_no_pair():
     """300 students hand in the same 5 answers: no answer proposes a pair (each is above the cap),
     nothing is scored pair by pair, and nothing is reported."""
