@@ -550,8 +550,8 @@ def main(argv=None) -> int:
     print(f"recall {result['recall']:.3f} of {result['copies']} copy pairs; {result['recall_long']:.3f} of the "
           f"{result['long_copies']} with a long answer copied")
     above, copies = ceiling(made, ASSIGNMENTS)
-    print(f"ceiling: a threshold on the joint evidence set knowing the copies would find {len(above) / len(copies):.3f} "
-          f"with no independent pair; with the fingerprints' finds, "
+    print(f"ceiling: a threshold on the joint evidence set knowing the copies would find "
+          f"{len(above) / len(copies):.3f} with no independent pair; with the fingerprints' finds, "
           f"{len(above | (small.reported & copies)) / len(copies):.3f}")
     print(f"similarity stage, {small.compared} notebooks: {small.seconds:.2f} s "
           f"({100 * small.seconds / args.grading_seconds:.1f}% of {args.grading_seconds:g} s of grading)")
