@@ -58,7 +58,7 @@ import numpy as np
 
 import autograder
 from autograder.batch import similarity
-from autograder.batch.similarity_report import check_class, labelled_cells, skeleton_sources
+from autograder.batch.similarity_report import check_class, fingerprint_notebooks, skeleton_sources
 from autograder.batch.sources import load_sources
 from autograder.batch.tasks import discover, questions_by_assignment
 
@@ -496,9 +496,8 @@ def ceiling(made: SyntheticClass, assignments: list[str]) -> tuple[set, set]:
     for assignment in assignments:
         skeleton = similarity.Skeleton.of(skeleton_sources(ROOT / "solutions", assignment))
         students = sorted(s for s, a in made.notebooks if a == assignment)
-        submissions = [similarity.fingerprint_submission(
-            s, labelled_cells(json.dumps(made.notebooks[(s, assignment)]).encode(), questions[assignment]), skeleton)
-            for s in students]
+        submissions = fingerprint_notebooks([(s, json.dumps(made.notebooks[(s, assignment)]).encode())
+                                             for s in students], questions[assignment], skeleton)
         matrix = pair_evidence(similarity.Answers(submissions))
         evidence = {(a, b): float(matrix[i, j]) for (i, a), (j, b) in itertools.combinations(enumerate(students), 2)}
         copies = {(a, b) for (x, a, b) in made.copies if x == assignment}

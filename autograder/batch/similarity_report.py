@@ -131,6 +131,15 @@ def skeleton_sources(source_dir: Path | None, assignment: str) -> list[str]:
     return out
 
 
+def fingerprint_notebooks(notebooks: list[tuple[str, bytes]], questions: list,
+                          skeleton: similarity.Skeleton) -> list[similarity.Submission]:
+    """The submissions of one assignment, fingerprinted against its ``skeleton``: ``notebooks`` are
+    ``(student, the notebook's bytes)``, cut into cells labelled by ``questions``."""
+    cache: dict = {}
+    return [similarity.fingerprint_submission(student, labelled_cells(raw, questions), skeleton, cache)
+            for student, raw in notebooks]
+
+
 def _read(task: Task) -> bytes | None:
     if task.notebook is None or task.problem:
         return None
@@ -150,13 +159,9 @@ def check_class(tasks: list[Task], source_dir: Path | None, questions: dict[str,
         by_assignment.setdefault(task.assignment, []).append(task)
     for assignment in sorted(by_assignment):
         skeleton = similarity.Skeleton.of(skeleton_sources(source_dir, assignment))
-        cache: dict = {}
-        submissions = []
-        for task in by_assignment[assignment]:
-            raw = _read(task)
-            if raw is not None:
-                cells = labelled_cells(raw, questions.get(assignment, []))
-                submissions.append(similarity.fingerprint_submission(task.student, cells, skeleton, cache))
+        read = ((task.student, _read(task)) for task in by_assignment[assignment])
+        submissions = fingerprint_notebooks([(student, raw) for student, raw in read if raw is not None],
+                                            questions.get(assignment, []), skeleton)
         found.compared[assignment] = len(submissions)
         found.pairs.extend(similarity.similar_pairs(assignment, submissions, skeleton.keep, threshold))
     found.seconds = time.monotonic() - started
