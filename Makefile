@@ -47,9 +47,11 @@ test: setup
 # The inner loop: every test not marked slow (no browser, book build, notebook runs, class
 # grading in the sandbox, nbgrader, PostgreSQL or training run, or several seconds of CPU), on 2
 # processes (pytest-xdist): about 110 s of CPU, under a minute on 2 idle cores (58 s measured).
+# No fast test runs a notebook, so the nbval plugin is not loaded (-p no:nbval): loading it imports
+# nbformat, whose jsonschema builds an IRI grammar for about 1.3 s in each of the 3 processes.
 # FAST_ARGS adds options (e.g. FAST_ARGS="-n 0").
 test-fast: setup
-	$(PY) -m pytest -m "not slow" -n 2 $(FAST_ARGS)
+	$(PY) -m pytest -p no:nbval -m "not slow" -n 2 $(FAST_ARGS)
 
 # The book's notebooks in nbformat's canonical form (what nbformat.write produces: sorted keys, one
 # indent), so that a notebook edited with nbformat or Jupyter changes only what was edited.
