@@ -46,7 +46,8 @@ test: setup
 
 # The inner loop: every test not marked slow (no browser, book build, notebook runs, class
 # grading in the sandbox, nbgrader, PostgreSQL or training run, or several seconds of CPU), on 2
-# processes (pytest-xdist): about 110 s of CPU, under a minute on 2 idle cores (58 s measured).
+# processes (pytest-xdist): about 110 s of CPU, under a minute on 2 idle cores (51 to 55 s measured,
+# 2026-11-28).
 # No fast test runs a notebook, so the nbval plugin is not loaded (-p no:nbval): loading it imports
 # nbformat, whose jsonschema builds an IRI grammar for about 1.3 s in each of the 3 processes.
 # FAST_ARGS adds options (e.g. FAST_ARGS="-n 0").
