@@ -126,10 +126,10 @@ def test_check_latency_verdict():
 
 
 def test_similarity_verdict():
-    good = {"precision": 0.95}
+    good = {"precision_all": 0.95, "precision": 1.0}
     assert similarity.verdict(good, 10.0, 214.0) == (True, [])
-    met, problems = similarity.verdict({"precision": 0.5}, 11.0, 214.0)
-    assert not met and len(problems) == 2 and "11.00 s" in problems[0] and "precision 0.500" in problems[1]
+    met, problems = similarity.verdict({"precision_all": 0.5, "precision": 1.0}, 11.0, 214.0)
+    assert not met and len(problems) == 2 and "11.00 s" in problems[0] and "precision_all 0.500" in problems[1]
 
 
 def test_throughput_ratio_verdict():

@@ -363,6 +363,38 @@ def test_independent_students_sharing_common_answers_on_one_or_two_questions_are
     assert _found(class_) == []
 
 
+def test_long_answers_the_class_writes_in_pairs_make_no_pair_alone():
+    """Twelve students drew their long answer from six model answers, two students each: the class
+    shows that independent students write a long answer alike, so none of the six pairs is
+    reported on it alone. The same pair among students whose answers are all their own is."""
+    rng = random.Random(11)
+    models = [long_answer(rng) for _ in range(6)]
+    class_ = {f"s{i:02d}": [models[i // 2]] for i in range(12)}
+    assert _found(class_) == []
+    class_ = {f"s{i:02d}": [long_answer(rng)] for i in range(10)} | {"a": [models[0]], "b": [models[0]]}
+    assert [(p.student_a, p.student_b) for p in _found(class_)] == [("a", "b")]
+
+
+def test_whole_copies_of_two_answers_no_one_else_wrote_are_found_in_a_small_class():
+    """Twenty students, three short questions, every answer a student's own; two copiers each
+    renamed the locals of two of one student's answers and wrote the third. The class's law, the
+    two copies' own answers in it, puts the bound above either pair's evidence; judged with the
+    pair as one hand, two answers no one else wrote are no coincidence. Independent: no pair."""
+    class_ = {f"s{i:02d}": [short_answer(q, i) for q in range(3)] for i in range(20)}
+    assert _found(class_) == []
+    for copier, origin, own in [("copier1", "s03", 91), ("copier2", "s07", 92)]:
+        class_[copier] = [c.replace("y", "mine") for c in class_[origin][:2]] + [short_answer(2, own)]
+    subs = [submission(s, cells, S.Skeleton()) for s, cells in class_.items()]
+    answers = S.Answers(subs)
+    shared = np.intersect1d(answers.keys[3], answers.keys[20])
+    assert len(shared) == 2
+    evidence = answers.bits[answers.lookup(shared)].sum()
+    assert S.chance_threshold(answers, len(subs)) > evidence      # the class-wide bound alone: missed
+    found = _found(class_)
+    assert sorted((p.student_a, p.student_b) for p in found) == [("copier1", "s03"), ("copier2", "s07")]
+    assert all(p.identical == ["cell 1", "cell 2"] for p in found)
+
+
 def test_the_chance_bound_is_the_class_pairs_expected_at_it():
     """Questions of one answer each (every pair hands in all of them: no evidence), then of
     answers each handed in by one student (no pair ever coincides): the law of chance evidence
