@@ -42,8 +42,7 @@ identical on several questions in a combination chance does not explain (the joi
 recall is printed for all copies and for the copies of a long answer. Beside it, a **ceiling**: the
 copies that a threshold on the joint evidence, set knowing which pairs are copies, could report
 with no independent pair, coincident draws included (every pair scored, :func:`pair_evidence`);
-what no threshold separates
-from chance is out of any such rule's reach in this class.
+what no threshold separates from chance is out of any such rule's reach in this class.
 
 The last line: ``similarity: precision=P precision_all=P recall=R recall_long=R seconds_100x8=S seconds_1000x8=S``.
 """

@@ -447,7 +447,7 @@ def test_identical_answers_of_a_whole_class_propose_no_pair():
     subs = [submission(f"s{i:03d}", cells, S.Skeleton()) for i in range(300)]
     answers = S.Answers(subs)
     assert len(answers.table) == 6 and set(answers.counts.tolist()) == {300}
-    assert S.joint_candidates(answers, 0.0) == []
+    assert S.joint_candidates(answers) == []
     assert S.identical_pairs(subs) == {} and S.similar_pairs("a", subs) == []
 
 
@@ -455,7 +455,7 @@ def test_the_joint_proposals_grow_linearly_with_the_class():
     """Groups of 3 hand in the same 4 answers: the proposals are the pairs of the groups."""
     for size in (30, 300):
         subs = [submission(str(i), [short_answer(q, i // 3) for q in range(4)], S.Skeleton()) for i in range(size)]
-        assert len(S.joint_candidates(S.Answers(subs), 0.0)) == size
+        assert len(S.joint_candidates(S.Answers(subs))) == size
 
 
 def test_a_pair_found_by_its_identical_answers_is_shown_side_by_side():

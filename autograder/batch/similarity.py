@@ -533,13 +533,13 @@ def joint_cap(students: int) -> int:
     return int(min(MAX_SHARED, max(MIN_SHARED, math.ceil(JOINT_SHARE * students))))
 
 
-def joint_candidates(answers: Answers, threshold: float) -> list[tuple[int, int]]:
-    """The pairs that may reach ``threshold`` bits on ``MIN_IDENTICAL`` identical answers,
-    proposed by the answers at most :func:`joint_cap` submissions hand in (linear work): the
-    bits of those they share, plus at most the bits of the common answers both could share."""
+def joint_candidates(answers: Answers) -> list[tuple[int, int]]:
+    """The pairs that may hand in ``MIN_IDENTICAL`` identical answers, proposed by the answers at
+    most :func:`joint_cap` submissions hand in (linear work): those they share there, plus at most
+    the common answers both could share. (No bound on bits here: a pair's own law,
+    :func:`identical_pairs`, can put its bound anywhere down to the least step.)"""
     count, cap, rows = len(answers.keys), joint_cap(len(answers.keys)), answers.rows
     common = [answers.counts[r] > cap for r in rows]
-    common_bits = np.array([answers.bits[r][c].sum() for r, c in zip(rows, common)] or [0.0])
     common_n = np.array([int(c.sum()) for c in common] or [0])
     owner = np.concatenate([np.full(int((~c).sum()), i) for i, c in enumerate(common)] or [np.zeros(0, int)])
     row = np.concatenate([r[~c] for r, c in zip(rows, common)] or [np.zeros(0, int)])
@@ -547,21 +547,17 @@ def joint_candidates(answers: Answers, threshold: float) -> list[tuple[int, int]
     owner, row = owner[order], row[order]
     starts = np.flatnonzero(np.concatenate([[True], row[1:] != row[:-1]])) if len(row) else np.zeros(0, int)
     sizes = np.diff(np.concatenate([starts, [len(row)]]))
-    keys, bits = [], []
+    keys = []
     for size in np.unique(sizes[sizes >= 2]):
         group = starts[sizes == size]
         members = owner[group[:, None] + np.arange(size)]                    # (groups, size)
         for a, b in itertools.combinations(range(size), 2):
             keys.append(members[:, a] * count + members[:, b])
-            bits.append(answers.bits[row[group]])
     if not keys:
         return []
-    found, inverse = np.unique(np.concatenate(keys), return_inverse=True)
-    partial = np.bincount(inverse, np.concatenate(bits))
-    shared = np.bincount(inverse)
+    found, shared = np.unique(np.concatenate(keys), return_counts=True)
     first, second = found // count, found % count
-    possible = (partial + np.minimum(common_bits[first], common_bits[second]) >= threshold) & \
-        (shared + np.minimum(common_n[first], common_n[second]) >= MIN_IDENTICAL)
+    possible = shared + np.minimum(common_n[first], common_n[second]) >= MIN_IDENTICAL
     return [(int(i), int(j)) for i, j in zip(first[possible], second[possible])]
 
 
@@ -579,32 +575,35 @@ def hands(answers: Answers, copies: set[tuple[int, int]]) -> np.ndarray:
     return np.bincount(distinct, minlength=len(answers.table)).astype(float)
 
 
-def identical_pairs(submissions: list[Submission], copies: set[tuple[int, int]] = frozenset()
-                    ) -> dict[tuple[int, int], tuple[float, list[str]]]:
+def identical_pairs(submissions: list[Submission], copies: set[tuple[int, int]] = frozenset(),
+                    answers: Answers | None = None) -> dict[tuple[int, int], tuple[float, list[str]]]:
     """``{(i, j): (bits, questions)}``: the pairs whose answers are identical (once normalised) on
-    at least ``MIN_IDENTICAL`` questions, whose summed surprisal reaches :func:`chance_threshold`;
-    the chance law counts the pairs already reported (``copies``, then these) as one hand each,
-    until no new pair is found (at most ``JOINT_ROUNDS`` times)."""
-    answers = Answers(submissions)
+    at least ``MIN_IDENTICAL`` questions, whose summed surprisal reaches :func:`chance_threshold`
+    (the class's law, else the law with the pair as one hand); the chance law counts the pairs
+    already reported (``copies``, then these) as one hand each, until no new pair is found (at
+    most ``JOINT_ROUNDS`` times). ``answers``: the submissions' :class:`Answers`, if built already."""
+    answers = Answers(submissions) if answers is None else answers
+    candidates = []                       # (i, j, rows of the answers they share, bits, questions)
+    for i, j in joint_candidates(answers):
+        shared = np.intersect1d(answers.keys[i], answers.keys[j], assume_unique=True)
+        rows = answers.lookup(shared)
+        telling = shared[answers.bits[rows] >= MIN_BITS]         # answers at most half the class hands in
+        if len(telling) >= MIN_IDENTICAL:
+            candidates.append((i, j, rows, float(answers.bits[rows].sum()),
+                               sorted(answers.labels[int(k)] for k in telling)))
     out: dict[tuple[int, int], tuple[float, list[str]]] = {}
     for _ in range(JOINT_ROUNDS):
         written = hands(answers, set(copies) | set(out))
         threshold = chance_threshold(answers, len(submissions), written)
         found = {}
-        for i, j in joint_candidates(answers, 0.0):
-            shared = np.intersect1d(answers.keys[i], answers.keys[j], assume_unique=True)
-            rows = answers.lookup(shared)
-            each = answers.bits[rows]
-            telling = shared[each >= MIN_BITS]                   # answers at most half the class hands in
-            if len(telling) < MIN_IDENTICAL:
-                continue
+        for i, j, rows, evidence, questions in candidates:
             bar = threshold
-            if each.sum() < threshold:                           # the law with this pair as one hand
+            if evidence < threshold:                             # the law with this pair as one hand
                 mine = written.copy()
                 mine[rows] = np.maximum(mine[rows] - 1, 1)
                 bar = chance_threshold(answers, len(submissions), mine)
-            if each.sum() >= bar:
-                found[(i, j)] = (float(each.sum()), sorted(answers.labels[int(k)] for k in telling))
+            if evidence >= bar:
+                found[(i, j)] = (evidence, questions)
         if set(found) <= set(out):
             break
         out.update(found)
@@ -645,9 +644,9 @@ def similar_pairs(assignment: str, submissions: list[Submission], keep: frozense
     table = Frequencies(prints)
     totals = [table.weight(p) for p in prints]
     rare_prints = table.rare(rare_cap(len(prints)))
-    by_answers = identical_pairs(submissions)
-    by_prints = _fingerprint_pairs(prints, table, totals, rare_prints, threshold)
     answers = Answers(submissions)
+    by_answers = identical_pairs(submissions, answers=answers)
+    by_prints = _fingerprint_pairs(prints, table, totals, rare_prints, threshold)
     collisions = _other_collisions(answers, hands(answers, set(by_answers)))
     shared_labels = {pair: _shared_long_labels(submissions[pair[0]], submissions[pair[1]], rare_prints)
                      for pair in by_prints}
@@ -656,10 +655,9 @@ def similar_pairs(assignment: str, submissions: list[Submission], keep: frozense
             for label in labels:
                 collisions[label] = collisions.get(label, 0.0) + 1
     by_prints = {(i, j): found for (i, j), found in by_prints.items()
-                 if (i, j) in by_answers or _uncontradicted(submissions[i], submissions[j], shared_labels[(i, j)],
-                                                            answers, collisions)}
+                 if (i, j) in by_answers or _uncontradicted(i, j, shared_labels[(i, j)], answers, collisions)}
     if set(by_prints) - set(by_answers):
-        by_answers = identical_pairs(submissions, set(by_prints))
+        by_answers = identical_pairs(submissions, set(by_prints), answers)
     pairs = []
     for i, j in sorted(set(by_prints) | set(by_answers)):
         a, b = sorted((submissions[i], submissions[j]), key=lambda s: s.student)
@@ -682,23 +680,30 @@ def _other_collisions(answers: Answers, written: np.ndarray) -> dict[str, float]
     return out
 
 
+def _rare_cell_pairs(a: Submission, b: Submission, rare: np.ndarray):
+    """``(cell of a, cell of b, their common fingerprints)`` for the long cells of ``a`` and ``b``
+    that share a ``rare`` fingerprint: what a pair rests on (a cell whose shared text most of the
+    class also has, the class's usual answer, is not evidence of this pair)."""
+    for cell_a in (c for c in a.cells if c.long):
+        for cell_b in (c for c in b.cells if c.long):
+            common = np.intersect1d(cell_a.hashes, cell_b.hashes)
+            if np.isin(common, rare).any():
+                yield cell_a, cell_b, common
+
+
 def _shared_long_labels(a: Submission, b: Submission, rare: np.ndarray) -> set[str]:
-    """The questions (cell labels) of the long cells of ``a`` and ``b`` that share a ``rare``
-    fingerprint (those the pair rests on; what most of the class shares is not its evidence)."""
-    return {label for cell_a in a.cells if cell_a.long for cell_b in b.cells if cell_b.long
-            if np.isin(np.intersect1d(cell_a.hashes, cell_b.hashes), rare).any()
-            for label in (cell_a.label, cell_b.label)}
+    """The questions (cell labels) of the long cells of ``a`` and ``b`` that share a ``rare`` fingerprint."""
+    return {label for cell_a, cell_b, _ in _rare_cell_pairs(a, b, rare) for label in (cell_a.label, cell_b.label)}
 
 
-def _uncontradicted(a: Submission, b: Submission, labels: set[str], answers: Answers,
-                    collisions: dict[str, float]) -> bool:
-    """Whether the class contradicts none of the long answers a fingerprint pair rests on (its
-    ``labels``): on each of those questions, no other two hands hand in the same answer (the
+def _uncontradicted(i: int, j: int, labels: set[str], answers: Answers, collisions: dict[str, float]) -> bool:
+    """Whether the class contradicts none of the long answers a fingerprint pair (submissions ``i``
+    and ``j``) rests on (its ``labels``): on each of those questions, no other two hands hand in the same answer (the
     class's hands: a group already reported as copies counts once) and no other fingerprint pair
     not supported by identical answers has near-identical ones. Where independent students are
     seen to write one long answer alike, one more pair that does is no evidence by itself: only
     the joint rule's chance bound decides it."""
-    own = set(answer_keys(a)) & set(answer_keys(b))
+    own = np.intersect1d(answers.keys[i], answers.keys[j], assume_unique=True)
     for label in labels:
         # the pair's own collisions: its fingerprint pair, its identical answer
         mine = 1 + sum(1 for k in own if answers.labels.get(int(k)) == label)
@@ -739,18 +744,12 @@ def _spans(source: str, positions: np.ndarray, keep: frozenset) -> list[tuple[in
 
 
 def _matches(a: Submission, b: Submission, table: Frequencies, keep: frozenset, rare: np.ndarray) -> list[Match]:
-    """The long cells of ``a`` and ``b`` that share a ``rare`` fingerprint, the heaviest first: a cell
-    whose shared text most of the class also has (the class's usual answer) is not evidence of
-    this pair, and is not shown as if it were."""
+    """The long cells of ``a`` and ``b`` that share a ``rare`` fingerprint (:func:`_rare_cell_pairs`),
+    the heaviest first: the class's usual answer is not shown as if it were evidence."""
     out = []
-    for cell_a in (c for c in a.cells if c.long):
-        for cell_b in (c for c in b.cells if c.long):
-            common = np.intersect1d(cell_a.hashes, cell_b.hashes)
-            weight = table.weight(common)
-            if weight <= 0 or not np.isin(common, rare).any():
-                continue
-            spans_a = _spans(cell_a.source, cell_a.positions[np.isin(cell_a.hashes, common)], keep)
-            spans_b = _spans(cell_b.source, cell_b.positions[np.isin(cell_b.hashes, common)], keep)
-            out.append(Match(cell_a.label, cell_b.label, round(weight, 1), cell_a.source, spans_a,
-                             cell_b.source, spans_b))
+    for cell_a, cell_b, common in _rare_cell_pairs(a, b, rare):
+        spans_a = _spans(cell_a.source, cell_a.positions[np.isin(cell_a.hashes, common)], keep)
+        spans_b = _spans(cell_b.source, cell_b.positions[np.isin(cell_b.hashes, common)], keep)
+        out.append(Match(cell_a.label, cell_b.label, round(table.weight(common), 1), cell_a.source, spans_a,
+                         cell_b.source, spans_b))
     return sorted(out, key=lambda m: -m.weight)
