@@ -81,6 +81,12 @@ def test_renaming_comments_docstrings_and_formatting_change_no_token():
     assert texts(ANSWER.replace("/ q.shape", "* q.shape")) != texts(ANSWER)
 
 
+def test_the_soft_keywords_are_names_a_copier_can_rename():
+    # ``_``, ``match`` and ``case`` are keywords only inside a match statement: as names they are the student's
+    loop = "pairs = [head(x) for head in heads]\nout = torch.cat([o for o, {} in pairs])\n"
+    assert texts(loop.format("_")) == texts(loop.format("w")) == texts(loop.format("match"))
+
+
 def test_names_the_skeleton_defines_are_kept_and_the_students_are_not():
     source = "out = rearrange(x, 'b n d -> b d n')\nmine = helper(x)\n"
     tokens = texts(source, keep=S.defined_names(["from einops import rearrange\n"]))

@@ -120,7 +120,8 @@ MAX_CELLS = 300             # code cells of one submission read
 MAX_SUBMISSION_CHARS = 200_000
 
 _BASE = np.uint64(0x100000001B3)
-_KEEP_ALWAYS = frozenset(dir(builtins)) | frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+# not the soft keywords: ``_``, ``match`` and ``case`` are names a student chooses (``for _, w in pairs``)
+_KEEP_ALWAYS = frozenset(dir(builtins)) | frozenset(keyword.kwlist)
 _DROPPED_OPS = frozenset({"(", ")", ";"})
 _CLOSERS = frozenset({")", "]", "}"})
 _FALLBACK = re.compile(r"#[^\n]*|[^\W\d]\w*|\d[\w.]*|'[^'\n]*'?|\"[^\"\n]*\"?|\S")
