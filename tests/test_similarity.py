@@ -384,8 +384,9 @@ def test_long_answers_the_class_writes_in_pairs_make_no_pair_alone():
 def test_whole_copies_of_two_answers_no_one_else_wrote_are_found_in_a_small_class():
     """Twenty students, three short questions, every answer a student's own; two copiers each
     renamed the locals of two of one student's answers and wrote the third. The class's law, the
-    two copies' own answers in it, puts the bound above either pair's evidence; judged with the
-    pair as one hand, two answers no one else wrote are no coincidence. Independent: no pair."""
+    two copies' own answers in it, puts the bound above either pair's evidence; no pair of the class
+    coincides on one question alone, so two answers no one else wrote are no coincidence, for two
+    such copies or four. Independent: no pair."""
     class_ = {f"s{i:02d}": [short_answer(q, i) for q in range(3)] for i in range(20)}
     assert _found(class_) == []
     for copier, origin, own in [("copier1", "s03", 91), ("copier2", "s07", 92)]:
@@ -399,6 +400,52 @@ def test_whole_copies_of_two_answers_no_one_else_wrote_are_found_in_a_small_clas
     found = _found(class_)
     assert sorted((p.student_a, p.student_b) for p in found) == [("copier1", "s03"), ("copier2", "s07")]
     assert all(p.identical == ["cell 1", "cell 2"] for p in found)
+    # two more such copies: still no coincidence on one question alone, so none of the four is chance
+    for copier, origin, own in [("copier3", "s11", 93), ("copier4", "s12", 94)]:
+        class_[copier] = [c.replace("y", "mine") for c in class_[origin][:2]] + [short_answer(2, own)]
+    assert sorted((p.student_a, p.student_b) for p in _found(class_)) == [
+        ("copier1", "s03"), ("copier2", "s07"), ("copier3", "s11"), ("copier4", "s12")]
+
+
+def test_many_whole_copies_of_two_answers_are_not_taken_for_chance():
+    """100 students, two short questions, every answer a student's own; ten copiers each renamed
+    the locals of another student's two answers. Every coincidence in the class is a copy, on both
+    questions: counted as chance, the ten copies would put the bound (11.6 bits) above each one's
+    evidence (2 x log2(50) = 11.3 bits). No pair coincides on one question alone, so none is chance."""
+    class_ = {f"s{i:03d}": [short_answer(q, i) for q in range(2)] for i in range(100)}
+    for copier in range(10):
+        class_[f"s{copier:03d}"] = [c.replace("y", "mine") for c in class_[f"s{copier + 50:03d}"]]
+    found = {(p.student_a, p.student_b) for p in _found(class_)}
+    assert found == {(f"s{c:03d}", f"s{c + 50:03d}") for c in range(10)}
+    subs = [submission(s, cells, S.Skeleton()) for s, cells in class_.items()]
+    answers = S.Answers(subs)
+    assert S.chance_threshold(answers, 100) > 2 * math.log2(50)          # the class's shares: all missed
+    # ten more pairs that coincide on one question only: chance now explains a coincidence, not two
+    for single in range(20, 40, 2):
+        class_[f"s{single + 1:03d}"][0] = class_[f"s{single:03d}"][0]
+    assert {(p.student_a, p.student_b) for p in _found(class_)} == found
+
+
+def test_the_coincidence_rate_of_a_rare_answer_leaves_the_copies_out_and_not_the_chance():
+    """200 students, three questions: 40% hand in a common answer, the others one of 40 rare ones,
+    each drawn apart. The rate of a rare answer, read from the pairs that coincide on that question
+    alone and divided by the share that coincide on no other, is the class's share (a third more
+    without the division)."""
+    rng = random.Random(12)
+    draws = [[0 if rng.random() < 0.4 else rng.randrange(1, 41) for _ in range(3)] for _ in range(200)]
+    subs = [submission(f"s{i:03d}", [short_answer(q, d) for q, d in enumerate(row)], S.Skeleton())
+            for i, row in enumerate(draws)]
+    answers = S.Answers(subs)
+    share = answers.counts * (answers.counts - 1) / (200 * 199)
+    rates = S.coincidence_rates(answers, answers.counts.astype(float))
+    rare = answers.counts <= S.joint_cap(200)
+    assert np.array_equal(rates[~rare], share[~rare])
+    for q in range(3):
+        mine = rare & (answers.question == q)
+        assert 0.85 < rates[mine].sum() / share[mine].sum() < 1.15
+        telling = answers.bits >= S.MIN_BITS
+        apart = np.prod([1 - share[(answers.question == o) & telling].sum() for o in range(3) if o != q])
+        assert apart < 0.75                   # without the division, a quarter and more too low
 
 
 def test_the_chance_bound_is_the_class_pairs_expected_at_it():

@@ -36,7 +36,7 @@ hand in the same answer and no other such pair (not one the joint rule reports) 
 ones. Where the class shows independent students writing a long answer alike, one more pair that
 does is no evidence by itself; only the joint rule's chance bound can report it (in the 24
 synthetic classes of ``python -m bench.similarity --sweep 3``, the independent pairs reported
-went from 213 to 23 with this check and the pair's own law below: ``bench/RESULTS.md`` section
+went from 213 to 23 with this check and the joint rule below: ``bench/RESULTS.md`` section
 8). So the copy of one answer that
 a dozen students wrote the same way is not found by its fingerprints: nothing in the text tells
 it from the others.
@@ -56,14 +56,16 @@ that at most half the class answers so (``MIN_BITS``: one answer never decides, 
 everyone hands in does not make a second; the copy of one long answer is the fingerprints'
 case, where the class does not contradict it) and ``S`` reaches the least ``t`` with
 ``n (n - 1) / 2 · P(S >= t) <= ALPHA``: a union (Bonferroni) bound,
-at most ``ALPHA`` pairs of the class expected to reach it by chance. In the law (not in the
-surprisals), a group of submissions already reported as copies (by this rule, then by the
-fingerprints that pass their check, :func:`hands`) counts as one hand: what a copier copied is
-no independent coincidence; the law is estimated again until no new pair comes (at most
-``JOINT_ROUNDS``). A pair under the bound is judged once more by the law with **that pair** as
-one hand: its own identical answers are not evidence that such answers coincide (without this,
-a whole copy of two answers no one else wrote, in a class of 20, sits 0.2 bit under the bound
-its own answers raised). Pairs are proposed by an index of the answers at most
+at most ``ALPHA`` pairs of the class expected to reach it by chance. The copies must not
+count as chance (:func:`coincidence_rates`): for a rare answer (handed in by at most
+:func:`joint_cap`), the rate is read from the pairs that coincide on that question **alone**,
+divided by the share of the class's pairs that coincide on no other question. A copier's pair
+coincides on every question it copied, so it is left out; independent students coincide on one
+question whatever they do on the others, so under independence this is the class's rate. (Counting
+the copies as chance, in a class of 100 where every answer is a student's own, ten whole copies
+of two answers put the bound at 11.6 bits, over each one's 11.3.) For a common answer, the
+class's share of pairs of hands, a group of submissions reported as copies by the fingerprints
+(:func:`hands`) counted once. Pairs are proposed by an index of the answers at most
 :func:`joint_cap` submissions hand in (10% of the class, at least 3, at most ``MAX_SHARED``):
 at most ``MAX_SHARED - 1`` proposals per answer of a submission (:func:`joint_candidates`).
 Such a pair is listed whatever its score (the threshold is the fingerprints'), with the
@@ -112,7 +114,6 @@ ALPHA = 0.01                # the joint rule: the expected chance pairs of a cla
 MIN_IDENTICAL = 2           # the joint rule: the least questions answered identically...
 MIN_BITS = 1.0              # ...each with an answer at most half the class hands in (1 bit)
 JOINT_SHARE = 0.1           # an answer more of the class hands in proposes no pair (at most MAX_SHARED)
-JOINT_ROUNDS = 3            # the joint rule: the chance law re-estimated with the pairs found, at most 3 times
 BIT_STEPS = 8               # the joint rule's law of chance evidence: on a grid of 1/8 bit
 
 MAX_CELL_CHARS = 20_000     # characters of one cell read (an answer is a few hundred)
@@ -506,15 +507,17 @@ class Answers:
         return np.searchsorted(self.table, keys)
 
 
-def chance_threshold(answers: Answers, students: int, hands: np.ndarray | None = None, alpha: float = ALPHA) -> float:
+def chance_threshold(answers: Answers, students: int, both: np.ndarray | None = None, alpha: float = ALPHA) -> float:
     """The joint evidence (bits) from which a pair is reported: the least ``t`` at which the
     expected number of the class's pairs reaching ``t`` by chance, ``pairs · P(S >= t)``, is at
     most ``alpha`` (``S``'s law: see the module's docstring; computed on a grid of
-    ``1 / BIT_STEPS`` bit, every surprisal rounded up, so ``P`` is over-estimated, never under)."""
+    ``1 / BIT_STEPS`` bit, every surprisal rounded up, so ``P`` is over-estimated, never under).
+    ``both``: per answer, the chance that two independent students both hand it in
+    (:func:`coincidence_rates`); by default the share of the class's pairs that do."""
     if students < 2 or len(answers.table) == 0:
         return math.inf
-    written = answers.counts if hands is None else hands                # by how many hands (:func:`hands`)
-    both = written * (written - 1) / (students * (students - 1))        # a pair both hand it in
+    if both is None:
+        both = answers.counts * (answers.counts - 1) / (students * (students - 1))
     steps = np.ceil(answers.bits * BIT_STEPS - 1e-9).astype(np.int64)
     law = np.ones(1)                                                    # P(S = s / BIT_STEPS)
     for question in np.unique(answers.question):
@@ -537,8 +540,8 @@ def joint_cap(students: int) -> int:
 def joint_candidates(answers: Answers) -> list[tuple[int, int]]:
     """The pairs that may hand in ``MIN_IDENTICAL`` identical answers, proposed by the answers at
     most :func:`joint_cap` submissions hand in (linear work): those they share there, plus at most
-    the common answers both could share. (No bound on bits here: a pair's own law,
-    :func:`identical_pairs`, can put its bound anywhere down to the least step.)"""
+    the common answers both could share. (No bound on bits here: the bound is
+    :func:`identical_pairs`'s.)"""
     count, cap, rows = len(answers.keys), joint_cap(len(answers.keys)), answers.rows
     common = [answers.counts[r] > cap for r in rows]
     common_n = np.array([int(c.sum()) for c in common] or [0])
@@ -576,38 +579,62 @@ def hands(answers: Answers, copies: set[tuple[int, int]]) -> np.ndarray:
     return np.bincount(distinct, minlength=len(answers.table)).astype(float)
 
 
+def coincidence_rates(answers: Answers, written: np.ndarray, copies: set[tuple[int, int]] = frozenset()) -> np.ndarray:
+    """``(answers,)``: the chance that two independent students both hand in each answer. For an
+    answer many hand in (more than :func:`joint_cap`), the share of the class's pairs of hands
+    (``written``, :func:`hands`) that do. For a rare one, what the pairs that coincide **on that
+    question alone** show: a copier's pair coincides on every question copied, and counting it
+    would make a copy look like chance, while independent students coincide on one question
+    whatever they do on the others. So the pairs of its holders that hand in no other telling
+    answer alike (bits >= ``MIN_BITS``; not ``copies``) are counted, and divided by the share of
+    pairs that coincide on no other question, ``prod (1 - P_q)``, ``P_q`` the share of the class's
+    pairs that hand in a telling answer alike on question ``q``: under independence from one
+    question to the next, the same rate as the class's, the copies left out. The pairs counted are
+    those of the rare answers' holders: at most ``joint_cap(n)^2 / 2`` per answer, linear work."""
+    count = len(answers.keys)
+    if count < 2:
+        return np.zeros(len(answers.table))
+    pairs = count * (count - 1) / 2
+    both = written * (written - 1) / 2 / pairs
+    telling = answers.bits >= MIN_BITS
+    rare = (answers.counts >= 2) & (answers.counts <= joint_cap(count))
+    if not rare.any():
+        return both
+    shares = np.bincount(answers.question[telling], weights=both[telling],
+                         minlength=int(answers.question.max()) + 1)            # P_q
+    apart = np.array([np.prod(np.delete(1.0 - shares, q)) for q in range(len(shares))])
+    holders: dict[int, list[int]] = {}
+    for student, rows in enumerate(answers.rows):
+        for row in rows[rare[rows]].tolist():
+            holders.setdefault(row, []).append(student)
+    told = [set(rows[telling[rows]].tolist()) for rows in answers.rows]
+    alone = np.zeros(len(answers.table))
+    for row, who in holders.items():
+        alone[row] = sum(1 for a, b in itertools.combinations(who, 2)
+                         if (a, b) not in copies and not (told[a] & told[b]) - {row})
+    both[rare] = alone[rare] / pairs / np.maximum(apart[answers.question[rare]], 1e-12)
+    return both
+
+
 def identical_pairs(submissions: list[Submission], copies: set[tuple[int, int]] = frozenset(),
                     answers: Answers | None = None) -> dict[tuple[int, int], tuple[float, list[str]]]:
     """``{(i, j): (bits, questions)}``: the pairs whose answers are identical (once normalised) on
-    at least ``MIN_IDENTICAL`` questions, whose summed surprisal reaches :func:`chance_threshold`
-    (the class's law, else the law with the pair as one hand); the chance law counts the pairs
-    already reported (``copies``, then these) as one hand each, until no new pair is found (at
-    most ``JOINT_ROUNDS`` times). ``answers``: the submissions' :class:`Answers`, if built already."""
+    at least ``MIN_IDENTICAL`` telling questions, whose summed surprisal reaches
+    :func:`chance_threshold` under :func:`coincidence_rates` (``copies``, pairs reported already,
+    count as one hand each and are no coincidence). ``answers``: the submissions' :class:`Answers`,
+    if built already."""
     answers = Answers(submissions) if answers is None else answers
-    candidates = []                       # (i, j, rows of the answers they share, bits, questions)
+    copies = set(copies)
+    both = coincidence_rates(answers, hands(answers, copies), copies)
+    threshold = chance_threshold(answers, len(submissions), both)
+    out: dict[tuple[int, int], tuple[float, list[str]]] = {}
     for i, j in joint_candidates(answers):
         shared = np.intersect1d(answers.keys[i], answers.keys[j], assume_unique=True)
         rows = answers.lookup(shared)
         telling = shared[answers.bits[rows] >= MIN_BITS]         # answers at most half the class hands in
-        if len(telling) >= MIN_IDENTICAL:
-            candidates.append((i, j, rows, float(answers.bits[rows].sum()),
-                               sorted(answers.labels[int(k)] for k in telling)))
-    out: dict[tuple[int, int], tuple[float, list[str]]] = {}
-    for _ in range(JOINT_ROUNDS):
-        written = hands(answers, set(copies) | set(out))
-        threshold = chance_threshold(answers, len(submissions), written)
-        found = {}
-        for i, j, rows, evidence, questions in candidates:
-            bar = threshold
-            if evidence < threshold:                             # the law with this pair as one hand
-                mine = written.copy()
-                mine[rows] = np.maximum(mine[rows] - 1, 1)
-                bar = chance_threshold(answers, len(submissions), mine)
-            if evidence >= bar:
-                found[(i, j)] = (evidence, questions)
-        if set(found) <= set(out):
-            break
-        out.update(found)
+        evidence = float(answers.bits[rows].sum())
+        if len(telling) >= MIN_IDENTICAL and evidence >= threshold:
+            out[(i, j)] = (evidence, sorted(answers.labels[int(k)] for k in telling))
     return out
 
 
