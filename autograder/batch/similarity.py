@@ -29,7 +29,10 @@ Pairs are proposed by an inverted index, fingerprint -> the submissions that hav
 least 3, at most ``MAX_SHARED``): the work is linear in the class (at most ``MAX_SHARED - 1``
 proposals per fingerprint of a submission), never all pairs of students. A proposed pair that
 shares at least ``MIN_RARE`` rare fingerprints and a weight of ``MIN_EVIDENCE`` is scored, and
-reported when its score reaches the threshold (``DEFAULT_THRESHOLD``; ``grade
+reported when its score reaches the threshold (``DEFAULT_THRESHOLD``, 0.9: a copy of a
+13-line answer with one line changed reaches it, with two about 0.84; in the 24 classes of
+``python -m bench.similarity --sweep 3``,
+0.8 let through 24 independent pairs and 0.9 nine, with 551 and 549 copies found; ``grade
 --similarity-threshold``) and the class contradicts none of the long answers it rests on
 (:func:`_uncontradicted`): on each question of its shared rare fingerprints, no other two hands
 hand in the same answer and no other such pair (not one the joint rule reports) has near-identical
@@ -109,7 +112,7 @@ RARE_SHARE = 0.03           # a fingerprint more of the class shares does not pr
 MIN_SHARED, MAX_SHARED = 3, 30   # ...but one 3 submissions share does; one more than 30 share never (linear work)
 MIN_RARE = 2                # rare fingerprints a pair must share to be scored
 MIN_EVIDENCE = 3.0          # the least shared weight that can make a pair (6 fingerprints only the two have)
-DEFAULT_THRESHOLD = 0.8     # the score from which a pair is reported
+DEFAULT_THRESHOLD = 0.9     # the score from which a pair is reported (a copy with a line in ten changed)
 ALPHA = 0.01                # the joint rule: the expected chance pairs of a class, at most
 MIN_IDENTICAL = 2           # the joint rule: the least questions answered identically...
 MIN_BITS = 1.0              # ...each with an answer at most half the class hands in (1 bit)
