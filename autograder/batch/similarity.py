@@ -510,6 +510,12 @@ class Answers:
         return np.searchsorted(self.table, keys)
 
 
+def class_share(written: np.ndarray, students: int) -> np.ndarray:
+    """Per answer, the share of the class's pairs that both hand it in: ``c (c - 1) / (n (n - 1))``
+    for an answer ``c`` of the ``n`` students (or hands, :func:`hands`) hand in."""
+    return written * (written - 1) / (students * (students - 1))
+
+
 def chance_threshold(answers: Answers, students: int, both: np.ndarray | None = None, alpha: float = ALPHA) -> float:
     """The joint evidence (bits) from which a pair is reported: the least ``t`` at which the
     expected number of the class's pairs reaching ``t`` by chance, ``pairs · P(S >= t)``, is at
@@ -520,7 +526,7 @@ def chance_threshold(answers: Answers, students: int, both: np.ndarray | None = 
     if students < 2 or len(answers.table) == 0:
         return math.inf
     if both is None:
-        both = answers.counts * (answers.counts - 1) / (students * (students - 1))
+        both = class_share(answers.counts, students)
     steps = np.ceil(answers.bits * BIT_STEPS - 1e-9).astype(np.int64)
     law = np.ones(1)                                                    # P(S = s / BIT_STEPS)
     for question in np.unique(answers.question):
@@ -598,7 +604,7 @@ def coincidence_rates(answers: Answers, written: np.ndarray, copies: set[tuple[i
     if count < 2:
         return np.zeros(len(answers.table))
     pairs = count * (count - 1) / 2
-    both = written * (written - 1) / 2 / pairs
+    both = class_share(written, count)
     telling = answers.bits >= MIN_BITS
     rare = (answers.counts >= 2) & (answers.counts <= joint_cap(count))
     if not rare.any():
