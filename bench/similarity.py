@@ -21,8 +21,9 @@ variable first, their own letters in einsum equations, their own names for local
 attributes the given code does not fix, two neighbouring layers defined in either order,
 sometimes their own formatting. A **copier** (10% of the class) takes an independent student's
 answers (all of them; or, one copier in three, half the questions) and disguises them: every
-local renamed, comments and docstrings removed, reformatted (``ast.unparse``, or two-space
-indentation and blank lines). Each notebook is the course's solutions notebook with its answer
+local renamed, in half the copies the attributes the given code does not fix too (an editor's
+"rename symbol" on ``self.w_q``), comments and docstrings removed, reformatted (``ast.unparse``,
+or two-space indentation and blank lines). Each notebook is the course's solutions notebook with its answer
 cells replaced, written under ``ROOT/submitted/``; the stage is timed as ``grade`` runs it
 (:func:`autograder.batch.similarity_report.check_class` on the discovered tasks, reading the
 notebooks included).
@@ -79,6 +80,7 @@ TARGET_SHARE = 0.05          # the stage's time, of the grading time of the same
 TARGET_PRECISION = 0.9       # every reported pair not a copy counted as false (coincident draws too)
 RIGHT_SHARE = 0.8
 COPIER_SHARE = 0.1
+ATTRIBUTE_RENAMES = 0.5       # of the copies: the attributes the given code does not fix renamed too
 PARTIAL_SHARE = 0.3           # of the copiers: half the questions copied, the others their own
 
 # equivalent ways to write the same thing: each independent student takes each or not
@@ -321,10 +323,15 @@ def own_hand(source: str, rng: random.Random, given: str = "") -> str:
     return respaced(source) if rng.random() < 0.3 else source
 
 
-def disguised(source: str, rng: random.Random) -> str:
-    """A copier's version: every local renamed, comments and docstrings gone, reformatted."""
+def disguised(source: str, rng: random.Random, given: str = "") -> str:
+    """A copier's version: every local renamed, comments and docstrings gone, reformatted; in
+    ``ATTRIBUTE_RENAMES`` of the copies, the attributes the given code does not fix renamed too
+    (an editor's "rename symbol" on ``self.w_q``)."""
     names = local_names(source)
     source = rename(source, {n: f"v{rng.randrange(10**6)}_{i}" for i, n in enumerate(names)})
+    if rng.random() < ATTRIBUTE_RENAMES:
+        for i, name in enumerate(attributes(source, given)):
+            source = re.sub(rf"\bself\.{re.escape(name)}\b", f"self.a{rng.randrange(10**6)}_{i}", source)
     return unparsed(source) if rng.random() < 0.5 else respaced(source)
 
 
@@ -382,7 +389,7 @@ def _copy(origin: tuple[dict, dict], pools: dict, rng: random.Random, given: str
     partial = rng.random() < PARTIAL_SHARE and len(qids) > 1
     taken = set(rng.sample(qids, len(qids) // 2)) if partial else set(qids)
     own, own_draws = _draw(pools, rng, given, own_line)
-    answers = {q: disguised(origin[0][q], rng) if q in taken else own[q] for q in qids}
+    answers = {q: disguised(origin[0][q], rng, given) if q in taken else own[q] for q in qids}
     return answers, {q: origin[1][q] if q in taken else own_draws[q] for q in qids}, taken
 
 
@@ -572,6 +579,7 @@ def sweep(seeds: int, threshold: float) -> int:
 
 
 def main(argv=None) -> int:
+    global ATTRIBUTE_RENAMES
     parser = argparse.ArgumentParser(prog="python -m bench.similarity", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--students", type=int, default=100)
@@ -580,11 +588,14 @@ def main(argv=None) -> int:
     parser.add_argument("--threshold", type=float, default=similarity.DEFAULT_THRESHOLD)
     parser.add_argument("--own-line", action="store_true",
                         help="every independent answer gets a line of its own above the bank's text (no two identical)")
+    parser.add_argument("--attribute-renames", type=float, default=ATTRIBUTE_RENAMES, metavar="SHARE",
+                        help="the share of the copies whose attributes are renamed too (0: locals only)")
     parser.add_argument("--grading-seconds", type=float, default=214.0,
                         help="the grading time of 100 x 8 to compare with (For instructors: bench.grading, 214 s)")
     parser.add_argument("--sweep", type=int, default=0, metavar="SEEDS",
                         help="no timing: classes of 10, 20, 30 and 100 students of both kinds, SEEDS seeds each")
     args = parser.parse_args(argv)
+    ATTRIBUTE_RENAMES = args.attribute_renames        # read by disguised(), deep in the class's making
     if args.sweep:
         return sweep(args.sweep, args.threshold)
     made, small = measure(args.students, ASSIGNMENTS, args.seed, args.threshold, args.own_line)

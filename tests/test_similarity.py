@@ -87,6 +87,24 @@ def test_the_soft_keywords_are_names_a_copier_can_rename():
     assert texts(loop.format("_")) == texts(loop.format("w")) == texts(loop.format("match"))
 
 
+def test_the_attributes_a_student_names_are_names_a_copier_can_rename():
+    # an editor's "rename symbol" on self.w_q changes every use; the skeleton's attributes and
+    # those only read (torch's .softmax, .training) stay as written
+    layer = ("class Head(nn.Module):\n    def __init__(self, d):\n        super().__init__()\n"
+             "        self.w_q = nn.Linear(d, d)\n        self.calls = 0\n    def forward(self, x):\n"
+             "        if self.training:\n            self.calls += 1\n"
+             "        return self.w_q(x).softmax(dim=-1) + self.cls_token\n")
+    renamed = layer.replace("w_q", "query_projection").replace("calls", "n")
+    skeleton = S.Skeleton.of(["class Head(nn.Module):\n    def forward(self, x):\n        return self.cls_token\n"])
+    tokens = [t.text for t in S.normalise(layer, skeleton.keep, skeleton.attributes)]
+    assert tokens == [t.text for t in S.normalise(renamed, skeleton.keep, skeleton.attributes)]
+    assert {"softmax", "training", "cls_token", "Linear"} <= set(tokens) and not {"w_q", "calls"} & set(tokens)
+    # an attribute the cell only reads is not the student's to name: another one is another text
+    assert texts(layer.replace("cls_token", "cls")) != texts(layer)
+    # nor does assigning self.softmax make the tensor's .softmax a name: a line added is a line changed
+    assert texts(layer + "        self.softmax = None\n")[:len(texts(layer))] == texts(layer)
+
+
 def test_names_the_skeleton_defines_are_kept_and_the_students_are_not():
     source = "out = rearrange(x, 'b n d -> b d n')\nmine = helper(x)\n"
     tokens = texts(source, keep=S.defined_names(["from einops import rearrange\n"]))

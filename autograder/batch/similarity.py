@@ -2,10 +2,12 @@
 
 What a copier changes is normalised away (:func:`normalise`): comments, docstrings and bare
 string statements, whitespace, line breaks, indentation, parentheses, trailing commas and
-semicolons; every name the student chooses (locals, parameters, helpers) becomes ``V``.
-Kept as written: keywords, builtins, attribute names (``x.amax``), keyword-argument names
-(``dim=``) and the names the notebook's skeleton imports or defines (``torch``, ``F``,
-``rearrange``; its given classes and the answer names). Numbers are kept by value
+semicolons; every name the student chooses (locals, parameters, helpers, and the attributes a
+cell assigns that the skeleton does not use, ``self.w_q``: :func:`own_attributes`) becomes ``V``.
+Kept as written: keywords, builtins, the attributes read (``x.amax``, ``self.training``) or
+fixed by the skeleton (``self.cls_token``), keyword-argument names (``dim=``) and the names the
+notebook's skeleton imports or defines (``torch``, ``F``, ``rearrange``; its given classes and
+the answer names). Numbers are kept by value
 (``1e9`` = ``1000000000.0``), strings by content (either quote).
 
 Each answer (a code cell) gives the hashes of its k-grams of ``K`` normalised tokens, and
@@ -127,6 +129,7 @@ _BASE = np.uint64(0x100000001B3)
 # not the soft keywords: ``_``, ``match`` and ``case`` are names a student chooses (``for _, w in pairs``)
 _KEEP_ALWAYS = frozenset(dir(builtins)) | frozenset(keyword.kwlist)
 _DROPPED_OPS = frozenset({"(", ")", ";"})
+_ASSIGNING = frozenset({"=", "+=", "-=", "*=", "/=", "//=", "%=", "@=", "**=", "&=", "|=", "^=", ">>=", "<<="})
 _CLOSERS = frozenset({")", "]", "}"})
 _FALLBACK = re.compile(r"#[^\n]*|[^\W\d]\w*|\d[\w.]*|'[^'\n]*'?|\"[^\"\n]*\"?|\S")
 _MAGIC = re.compile(r"^[ \t]*[%!]", re.MULTILINE)
@@ -207,12 +210,40 @@ def _string(text: str) -> str:
         return "S"
 
 
-def normalise(source: str, keep: frozenset = frozenset()) -> list[Token]:
+def own_attributes(raw: list[tuple[str, str, int, int]], given: frozenset = frozenset()) -> frozenset:
+    """``{(base, name)}``: the attributes a cell assigns (``self.w_q = ...``, ``x.total += 1``; at the
+    top level of a statement, not inside brackets) that ``given`` (the attribute names the notebook's
+    skeleton uses) does not fix: names the student chose, which an editor's rename changes
+    everywhere. With the name written before the dot (``self``), so that assigning ``self.softmax``
+    does not make ``x.softmax`` a name of the student's."""
+    names = set()
+    depth = 0
+    for index, (kind, text, _start, _end) in enumerate(raw):
+        if kind == "OP" and text in ("(", "[", "{"):
+            depth += 1
+        elif kind == "OP" and text in _CLOSERS:
+            depth = max(0, depth - 1)
+        elif kind == "NAME" and depth == 0 and index and raw[index - 1][1] == "." and index + 1 < len(raw) \
+                and raw[index + 1][0] == "OP" and raw[index + 1][1] in _ASSIGNING and text not in given:
+            names.add((raw[index - 2][1] if index >= 2 else "", text))
+    return frozenset(names)
+
+
+def _dotted_names(source: str) -> set[str]:
+    """The names written after a dot in ``source`` (attributes read or set, ``torch.nn`` included)."""
+    raw = _raw_tokens(_MAGIC.sub(lambda m: m.group()[:-1] + "#", source[:MAX_CELL_CHARS]))
+    return {text for (_, dot, *_), (kind, text, *_) in zip(raw, raw[1:]) if dot == "." and kind == "NAME"}
+
+
+def normalise(source: str, keep: frozenset = frozenset(), attributes: frozenset = frozenset()) -> list[Token]:
     """The tokens of a cell as a copier cannot change them (see the module's docstring);
-    ``keep``: names the notebook defines, kept as written. ``%magic`` and ``!shell`` lines are
-    comments here; at most :data:`MAX_CELL_CHARS` characters are read."""
+    ``keep``: names the notebook defines, kept as written; ``attributes``: the attribute names
+    its skeleton uses (every other attribute the cell assigns is the student's name,
+    :func:`own_attributes`). ``%magic`` and ``!shell`` lines are comments here; at most
+    :data:`MAX_CELL_CHARS` characters are read."""
     source = _MAGIC.sub(lambda m: m.group()[:-1] + "#", source[:MAX_CELL_CHARS])
     raw = _raw_tokens(source)
+    chosen = own_attributes(raw, attributes)
     out: list[Token] = []
     brackets: list[str] = []
     previous = ""
@@ -224,7 +255,9 @@ def normalise(source: str, keep: frozenset = frozenset()) -> list[Token]:
             brackets.pop()
         if kind == "NAME":
             named_argument = following == "=" and brackets[-1:] == ["("]
-            if not (text in _KEEP_ALWAYS or text in keep or previous == "." or named_argument):
+            if previous == ".":
+                text = "V" if (raw[index - 2][1] if index >= 2 else "", text) in chosen else text
+            elif not (text in _KEEP_ALWAYS or text in keep or named_argument):
                 text = "V"
         elif kind == "NUMBER":
             text = _number(text)
@@ -308,12 +341,14 @@ class Skeleton:
 
     keep: frozenset = frozenset()
     hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
+    attributes: frozenset = frozenset()         # the attribute names it uses (``.cls_token``), kept as written
 
     @classmethod
     def of(cls, sources: list[str]) -> Skeleton:
         keep = defined_names(sources)
-        parts = [kgram_hashes(normalise(s, keep)) for s in sources]
-        return cls(keep, np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64))
+        attributes = frozenset(name for source in sources for name in _dotted_names(source))
+        parts = [kgram_hashes(normalise(s, keep, attributes)) for s in sources]
+        return cls(keep, np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64), attributes)
 
 
 @dataclass
@@ -347,7 +382,7 @@ def fingerprint_cell(label: str, source: str, skeleton: Skeleton, cache: dict | 
     if cache is not None and digest in cache:
         hashes, positions, own, answer = cache[digest]
         return Cell(label, source if own else "", hashes, positions, own, answer)
-    tokens = normalise(source, skeleton.keep)
+    tokens = normalise(source, skeleton.keep, skeleton.attributes)
     every = kgram_hashes(tokens)
     own_kgram = ~np.isin(every, skeleton.hashes)
     kept = winnow(every)
