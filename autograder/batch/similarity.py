@@ -210,6 +210,11 @@ def _string(text: str) -> str:
         return "S"
 
 
+def _magic_as_comments(source: str) -> str:
+    """``source`` with its ``%magic`` and ``!shell`` lines made comments (the same length)."""
+    return _MAGIC.sub(lambda m: m.group()[:-1] + "#", source)
+
+
 def own_attributes(raw: list[tuple[str, str, int, int]], given: frozenset = frozenset()) -> frozenset:
     """``{(base, name)}``: the attributes a cell assigns (``self.w_q = ...``, ``x.total += 1``; at the
     top level of a statement, not inside brackets) that ``given`` (the attribute names the notebook's
@@ -231,7 +236,7 @@ def own_attributes(raw: list[tuple[str, str, int, int]], given: frozenset = froz
 
 def _dotted_names(source: str) -> set[str]:
     """The names written after a dot in ``source`` (attributes read or set, ``torch.nn`` included)."""
-    raw = _raw_tokens(_MAGIC.sub(lambda m: m.group()[:-1] + "#", source[:MAX_CELL_CHARS]))
+    raw = _raw_tokens(_magic_as_comments(source[:MAX_CELL_CHARS]))
     return {text for (_, dot, *_), (kind, text, *_) in zip(raw, raw[1:]) if dot == "." and kind == "NAME"}
 
 
@@ -241,7 +246,7 @@ def normalise(source: str, keep: frozenset = frozenset(), attributes: frozenset 
     its skeleton uses (every other attribute the cell assigns is the student's name,
     :func:`own_attributes`). ``%magic`` and ``!shell`` lines are comments here; at most
     :data:`MAX_CELL_CHARS` characters are read."""
-    source = _MAGIC.sub(lambda m: m.group()[:-1] + "#", source[:MAX_CELL_CHARS])
+    source = _magic_as_comments(source[:MAX_CELL_CHARS])
     raw = _raw_tokens(source)
     chosen = own_attributes(raw, attributes)
     out: list[Token] = []
@@ -280,7 +285,7 @@ def defined_names(sources: list[str]) -> frozenset:
     names: set[str] = set()
     for source in sources:
         try:
-            tree = ast.parse(_MAGIC.sub(lambda m: m.group()[:-1] + "#", source))
+            tree = ast.parse(_magic_as_comments(source))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue
         for node in tree.body:
