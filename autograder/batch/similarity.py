@@ -215,6 +215,12 @@ def _magic_as_comments(source: str) -> str:
     return _MAGIC.sub(lambda m: m.group()[:-1] + "#", source)
 
 
+def _attribute_key(raw: list[tuple[str, str, int, int]], index: int) -> tuple[str, str]:
+    """``(base, name)`` of the attribute name at ``raw[index]`` (after a dot): what is written
+    before the dot (``self``), and the name."""
+    return (raw[index - 2][1] if index >= 2 else "", raw[index][1])
+
+
 def own_attributes(raw: list[tuple[str, str, int, int]], given: frozenset = frozenset()) -> frozenset:
     """``{(base, name)}``: the attributes a cell assigns (``self.w_q = ...``, ``x.total += 1``; at the
     top level of a statement, not inside brackets) that ``given`` (the attribute names the notebook's
@@ -230,7 +236,7 @@ def own_attributes(raw: list[tuple[str, str, int, int]], given: frozenset = froz
             depth = max(0, depth - 1)
         elif kind == "NAME" and depth == 0 and index and raw[index - 1][1] == "." and index + 1 < len(raw) \
                 and raw[index + 1][0] == "OP" and raw[index + 1][1] in _ASSIGNING and text not in given:
-            names.add((raw[index - 2][1] if index >= 2 else "", text))
+            names.add(_attribute_key(raw, index))
     return frozenset(names)
 
 
@@ -261,7 +267,7 @@ def normalise(source: str, keep: frozenset = frozenset(), attributes: frozenset 
         if kind == "NAME":
             named_argument = following == "=" and brackets[-1:] == ["("]
             if previous == ".":
-                text = "V" if (raw[index - 2][1] if index >= 2 else "", text) in chosen else text
+                text = "V" if _attribute_key(raw, index) in chosen else text
             elif not (text in _KEEP_ALWAYS or text in keep or named_argument):
                 text = "V"
         elif kind == "NUMBER":
