@@ -345,7 +345,9 @@ def test_weights_the_answer_overwrites_do_not_help():
             return self.net(x)
 
     result = autograder.check("q7", LayersInForward)
-    assert not result.passed and "build layers such as nn.Linear in __init__" in result.feedback
+    assert not result.passed and result.mistake == "parameters_made_in_forward"
+    assert "creates new parameters" in result.feedback
+    assert "Create every layer and nn.Parameter in __init__" in result.feedback
 
 
 def test_check_is_fast_for_a_warm_kernel():

@@ -272,7 +272,7 @@ def ls_detached(logits, targets, smoothing=0.1):
 
 @pytest.mark.parametrize("answer, words", [
     (ls_library, "Not accepted"), (ls_log_softmax, "Not accepted"),
-    (ls_float32, "float32 although the inputs"), (ls_default_zero, "called without smoothing"),
+    (ls_float32, "float32's precision only"), (ls_default_zero, "called without smoothing"),
     (ls_detached, "does not depend differentiably"),
 ], ids=lambda a: getattr(a, "__name__", "words"))
 def test_label_smoothing_realistic_mistakes_are_rejected(answer, words):

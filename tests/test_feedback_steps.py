@@ -69,3 +69,22 @@ def test_a_passing_answer_and_an_unnamed_failure_are_told_once():
         return shifted.exp() / shifted.exp().sum(dim=dim, keepdim=True)
     result = autograder.check("softmax", off, seen=seen)
     assert result.mistake is None and result.first_step == "" and not seen
+
+
+def _embed_in_float32(token_ids, weight):
+    """A lookup right to float32's precision only: the one-hot matrix and the weight cast to float32."""
+    import torch.nn.functional as F
+    return F.one_hot(token_ids, num_classes=weight.shape[0]).float() @ weight.float()
+
+
+def test_a_symptom_the_failure_already_shows_gives_its_fix_the_second_time_only():
+    """The float32 symptom is the failure's own sentence ("right to float32's precision only"):
+    the first step adds the question, and only the second names the fix (dtype=x.dtype)."""
+    seen: Counter = Counter()
+    mistake = _mistake("embedding_lookup", "float32_precision")
+    first = autograder.check("embedding_lookup", _embed_in_float32, seen=seen)
+    second = autograder.check("embedding_lookup", _embed_in_float32, seen=seen)
+    assert first.mistake == second.mistake == "float32_precision"
+    assert "float32's precision only" in first.feedback and mistake.ask in first.feedback
+    assert "dtype=" not in first.feedback and ".float()" not in first.feedback
+    assert mistake.hint in second.feedback and mistake.ask not in second.feedback

@@ -29,8 +29,7 @@ def property_problem(question: Question, case: Case, student_case: dict) -> str 
     if case.params.get("biases"):
         missing = _missing_bias(student_case)
         if missing:
-            return (f"the layer {missing} has a weight but no bias (built with bias=False?): the exercise's "
-                    f"nn.Linear / nn.Conv2d / nn.LayerNorm layers keep their bias")
+            return f"the layer {missing} has a weight but no bias, where the exercise's layer has one"
     return None
 
 
@@ -114,12 +113,11 @@ def _compare_param_grads(case: Case, student_case: dict, expected: dict, presenc
             continue            # the reference's gradient is zero too (the keys' bias): nothing to train
         if got is None:
             return (f"the gradient of the parameter {name} is missing: no gradient reaches it, so it would never "
-                    f"be trained (frozen with requires_grad=False, or detached from the output with .detach() "
-                    f"or .data)")
+                    f"be trained")
         got = np.asarray(got)
         if got.shape == value.shape and trained and not np.any(got):
             return (f"the gradient of the parameter {name} is zero: the output does not depend on it through "
-                    f"autograd (detached with .detach() or .data, or not used)")
+                    f"autograd")
         message = None if presence else compare(f"the gradient of the parameter {name}", got, value, case,
                                                 key="param_grads")
         if message:

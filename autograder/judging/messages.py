@@ -57,6 +57,9 @@ def loosely_equal(name: str, got, expected, case: Case) -> bool:
     return _compare(name, got, expected, case, "", RTOL, ATOL) is None
 
 
+FLOAT32_ONLY = "right to float32's precision only"      # the words the float32 symptom finds a case by
+
+
 def precision_problem(name: str, got, expected, case: Case, key: str | None = None) -> str | None:
     """In a float64 case, an output (``key``, default ``name``) right to float32's precision
     (RTOL) but not to float64's (RTOL64): the sentence that says so, else None."""
@@ -67,10 +70,8 @@ def precision_problem(name: str, got, expected, case: Case, key: str | None = No
     if _compare(name, got, expected, case, "", RTOL64, ATOL64) is None:
         return None
     error = _largest_relative_error(got, expected)
-    return (f"{name} is float32 although the inputs (and parameters) are float64: it has float32 precision "
-            f"(off from the float64 result by up to {error:.1g} of its scale, float64 gives ~1e-15): an "
-            f"intermediate tensor was created or cast with a fixed dtype (e.g. torch.zeros(...) or .float() "
-            f"without dtype=x.dtype); keep the input's dtype")
+    return (f"{name} is {FLOAT32_ONLY}, on float64 inputs: off from the float64 result by up to {error:.1g} "
+            f"of its scale, where float64 gives ~1e-15")
 
 
 def _largest_relative_error(got, expected) -> float:

@@ -138,9 +138,8 @@ def _run_ce(answer, case, rec):
     record_loss(rec, value)
     if p.get("grads"):
         if type(value) is not torch.Tensor:
-            raise CaseFailure(f"the loss is a {type(value).__name__}, not a torch tensor: training needs "
-                              f"loss.backward(), so compute it with torch operations on the logits (no numpy, "
-                              f".item() or float())")
+            raise CaseFailure(f"the loss is a {type(value).__name__}, not a torch tensor: training calls "
+                              f"loss.backward() on it")
         if value.numel() != 1:
             raise CaseFailure(f"the loss should be a single number (the mean over the batch), got a tensor of "
                               f"shape {tuple(int(s) for s in value.shape)}")

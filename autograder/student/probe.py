@@ -194,8 +194,8 @@ class ProbeCase:
         if type(out) is not torch.Tensor:
             raise BadOutput(f"the output is a {type(out).__name__}; the gradient check needs a torch.Tensor")
         if not out.requires_grad:
-            raise CaseFailure("the output does not depend differentiably on the input (no gradient flows "
-                              "back: was it computed with numpy, under torch.no_grad(), or detached?)")
+            raise CaseFailure("the output does not depend differentiably on the input: no gradient flows back "
+                              "from it")
         named = []
         if params:
             lib = _TORCH
@@ -203,8 +203,8 @@ class ProbeCase:
                 now = [param for _, param in lib["named_parameters"](built)]
                 for i, name, param, trainable in self.built_params[m]:
                     if i >= len(now) or now[i] is not param:
-                        raise CaseFailure(f"the parameter {name} was replaced after the module was built (in "
-                                          f"forward?): a layer's parameters are made once, in __init__")
+                        raise CaseFailure(f"the parameter {name} was replaced after the module was built: "
+                                          f"training would update a parameter the next call no longer uses")
                     if trainable:       # as it was built: a parameter unfrozen later was frozen in training
                         named.append((m, i, param))
         wrt = list(inputs.values()) + [param for _, _, param in named]
@@ -294,9 +294,8 @@ class ProbeCase:
         after = [name for name, _ in _TORCH["named_parameters"](module)]
         new = [name for name in after if name not in before]
         if new:
-            raise CaseFailure(f"your forward() creates new parameters ({', '.join(new[:3])}): build layers such "
-                              f"as nn.Linear in __init__, not in forward, or they get new random weights on "
-                              f"every call")
+            raise CaseFailure(f"your forward() creates new parameters ({', '.join(new[:3])}): they get new random "
+                              f"weights on every call")
 
     def to_data(self) -> dict:
         data = {"outputs": self.outputs, "modules": self.modules, "error": self.error}

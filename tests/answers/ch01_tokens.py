@@ -166,7 +166,7 @@ def patches_h_is_p(images, patch_size):
     return rearrange(images, "b c (h s1) (w s2) -> b (h w) (s1 s2 c)", h=patch_size, w=patch_size)
 
 
-@wrong("patches", says("although the inputs"))
+@wrong("patches", says("float32's precision only"))
 def patches_into_zeros(images, patch_size):
     b, c, h, w = images.shape
     p = patch_size
@@ -243,7 +243,7 @@ def embed_weight_t(token_ids, weight):
     return F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight.t()
 
 
-@wrong("embedding_lookup", says("although the inputs"))
+@wrong("embedding_lookup", says("float32's precision only"))
 def embed_result_float(token_ids, weight):
     return (F.one_hot(token_ids, weight.shape[0]).to(weight.dtype) @ weight).float()
 
@@ -304,7 +304,7 @@ def patches_channels_last_then_reshape(images, patch_size):
     return images.permute(0, 2, 3, 1).reshape(B, -1, patch_size * patch_size * C)
 
 
-@wrong("patches", says("is float32 although the inputs"))
+@wrong("patches", says("float32's precision only"))
 def patches_forced_float32(images, patch_size):
     B, C, H, W = images.shape
     out = torch.zeros(B, (H // patch_size) * (W // patch_size), patch_size * patch_size * C)
@@ -330,7 +330,7 @@ def embed_eye_default_dtype(token_ids, weight):
     return torch.eye(weight.shape[0])[token_ids] @ weight
 
 
-@wrong("embedding_lookup", says("is float32 although the inputs"))
+@wrong("embedding_lookup", says("float32's precision only"))
 def embed_cast_everything(token_ids, weight):
     return F.one_hot(token_ids, weight.shape[0]).float() @ weight.float()
 

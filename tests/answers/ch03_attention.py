@@ -222,7 +222,7 @@ def softmax_sum_last(x, dim=-1):
     return e / e.sum(-1, keepdim=True)
 
 
-@wrong("softmax", says("is float32 although the inputs"))
+@wrong("softmax", says("float32's precision only"))
 def softmax_float(x, dim=-1):
     x = x.float()
     e = torch.exp(x - x.amax(dim=dim, keepdim=True))
@@ -343,7 +343,7 @@ def attention_scores_times_mask(q, k, v, mask=None):
     return weights @ v, weights
 
 
-@wrong("attention", says("although the inputs"))
+@wrong("attention", says("float32's precision only"))
 def attention_float32(q, k, v, mask=None):
     scores = (q @ k.transpose(-2, -1)).float() / q.shape[-1] ** 0.5
     if mask is not None:
@@ -635,7 +635,7 @@ wrong_list("attention", [
     (_attention(mask_mode=None), "mask_ignored"),
     (_attention(dim=-2), "softmax_over_queries"),
     (_attention(transpose=(1, 2)), "transpose_1_2"),
-    (_attention(dtype_fixed=True), says("is float32 although the inputs")),
+    (_attention(dtype_fixed=True), says("float32's precision only")),
 ])
 
 
@@ -770,11 +770,11 @@ wrong_list("attention_head", [
     (_head_class(head_raw_values), "no_value_projection"),
     (_head_class(head_kq), "qk_swapped"),
     (_head_class(head_detached_value), says("the gradient of the parameter value.weight")),
-    (_head_class(head_float32_zeros), says("is float32 although the inputs")),
+    (_head_class(head_float32_zeros), says("float32's precision only")),
 ])
 
 
-@wrong("attention_head", says("frozen"))
+@wrong("attention_head", says("would never be trained"))
 class HeadFrozenKey(AttentionHead):
     def __init__(self, dim, head_dim):
         super().__init__(dim, head_dim)

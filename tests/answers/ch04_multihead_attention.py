@@ -595,7 +595,7 @@ class LoopReversedNoMask(_LoopWrong):
 # =============================================================================== from the parallel set
 # Wrong answers first written for the parallel implementation of these checks (branch checks-a at
 # 402507f, its realistic wrong answers for chapters 1 to 4), rewritten here: mine accepted or misnamed them.
-@wrong("mha_loop", says("is float32 although the inputs"))
+@wrong("mha_loop", says("float32's precision only"))
 class LoopFloat32(nn.Module):
     def __init__(self, emb_size, num_heads):
         super().__init__()
@@ -725,7 +725,7 @@ wrong_list("q5", [
     (_q5(dropout=None), "dropout_missing"),
     (_q5(dropout="output"), "dropout_on_output"),
     (_q5(detach="qkv"), says("the gradient of the parameter qkv.weight")),
-    (_q5(float32=True), says("is float32 although the inputs")),
+    (_q5(float32=True), says("float32's precision only")),
 ])
 
 

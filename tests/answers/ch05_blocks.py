@@ -332,7 +332,7 @@ class ResidualNoGrad(_Residual):
         return x + out
 
 
-@wrong("q6", says("float32 although the inputs"))
+@wrong("q6", says("float32's precision only"))
 class ResidualFloat32(_Residual):
     def forward(self, x, **kwargs):
         return x.float() + self.fn(x, **kwargs).float()
@@ -410,7 +410,7 @@ class FFNDropoutAlwaysOn(nn.Module):
         return self.fc2(F.dropout(F.gelu(self.fc1(x)), self.drop_p))
 
 
-@wrong("q7", says("frozen"))
+@wrong("q7", says("would never be trained"))
 class FFNFrozen(nn.Sequential):
     def __init__(self, emb_size, expansion=4, drop_p=0.0, hidden_dim=None):
         hidden = hidden_dim or expansion * emb_size
@@ -678,11 +678,11 @@ wrong_rows([
     ("post_ln_block", _post(lambda s, x: (lambda h: (lambda g: g + s.mlp(g))(s.norm2(h)))(
         (lambda n: n + s.attn(n))(s.norm1(x)))), "norm_then_residual"),
     ("post_ln_block", _post(lambda s, x: PostLNEncoderBlock.forward(s, x).float()),
-     says("float32 although the inputs")),
+     says("float32's precision only")),
 ])
 
 
-@wrong("post_ln_block", says("frozen"))
+@wrong("post_ln_block", says("would never be trained"))
 class PostFrozenNorm(_Post):
     def __init__(self, emb_size=768, num_heads=8, forward_expansion=4):
         super().__init__(emb_size, num_heads, forward_expansion)

@@ -489,7 +489,7 @@ wrong_rows([
      ("no_bias", says("proj (nn.Conv2d) has a weight but no bias"))),
     ("conv_patch_embedding", _conv(_rows, swap=True), "conv_channels_swapped"),
     ("conv_patch_embedding", _conv(lambda g: _rows(g).detach()), says("does not depend differentiably")),
-    ("conv_patch_embedding", _conv(lambda g: _rows(g).float()), says("float32 although the inputs")),
+    ("conv_patch_embedding", _conv(lambda g: _rows(g).float()), says("float32's precision only")),
 ])
 
 

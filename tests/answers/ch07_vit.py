@@ -604,7 +604,7 @@ def ce_item(logits, targets):
     return -log_probs[torch.arange(len(targets)), targets].mean().item()
 
 
-@wrong("cross_entropy", says("float32 although the inputs"))
+@wrong("cross_entropy", says("float32's precision only"))
 def ce_float32(logits, targets):
     logits = logits.float()
     log_probs = logits - torch.logsumexp(logits, dim=-1, keepdim=True)

@@ -111,8 +111,8 @@ def test_the_softmax_float64_case_is_the_one_attacked():
 @pytest.mark.parametrize("answer", [softmax_in_float32, softmax_float32_out])
 def test_a_float32_softmax_fails_whatever_it_reports(monkeypatch, answer):
     honest = _verdict("softmax", _probe("softmax", answer))
-    assert honest.score == 0 and "is float32 although the inputs" in honest.feedback, honest.feedback
-    assert "keep the input's dtype" in honest.feedback
+    assert honest.score == 0 and "float32's precision only" in honest.feedback, honest.feedback
+    assert "in the input's dtype" in honest.feedback
     forged = [
         _probe("softmax", answer, monkeypatch, output=_output_claiming_float64),
         _probe("softmax", answer, monkeypatch, to_data=_to_data_with_notes),
@@ -125,7 +125,7 @@ def test_a_float32_softmax_fails_whatever_it_reports(monkeypatch, answer):
         assert data["cases"][FLOAT64_CASE]["outputs"]["softmax"].dtype == np.float64
         result = _verdict("softmax", data)
         assert result.score == 0, result.feedback
-        assert "is float32 although the inputs" in result.feedback, result.feedback
+        assert "float32's precision only" in result.feedback, result.feedback
 
 
 def test_float32_precision_fails_only_the_float64_case():
@@ -195,9 +195,9 @@ def test_a_class_token_that_is_not_trained_fails_whatever_its_report_says(monkey
         assert result.score == 0, (fill_name, result.feedback)
 
 
-def test_the_frozen_class_token_says_frozen():
+def test_the_frozen_class_token_is_named_with_requires_grad():
     result = _verdict("q3", _probe("q3", FrozenClassToken))
-    assert "frozen" in result.feedback and "is missing" in result.feedback, result.feedback
+    assert "requires_grad=False" in result.feedback and "is missing" in result.feedback, result.feedback
 
 
 class DetachedValue(S.AttentionHead):
@@ -240,7 +240,7 @@ def test_a_forged_float32_gradient_fails_the_float64_case():
             for key, value in (record.get("grads") or {}).items():
                 record["grads"][key] = value.astype(np.float32).astype(np.float64) * (1 + 1e-7)
     result = _verdict("q3", forged)
-    assert result.score == 0 and "is float32 although the inputs" in result.feedback, result.feedback
+    assert result.score == 0 and "float32's precision only" in result.feedback, result.feedback
 
 
 # --------------------------------------------------------------------------- the owner kind, names and values
@@ -403,7 +403,7 @@ def test_a_submission_that_patches_the_probe_scores_zero(tmp_path):
     path = tmp_path / "forging.py"
     path.write_text(FORGING_SUBMISSION)
     results = {r.id: r for r in check_file(path, ["softmax", "q3", "q4"])}
-    assert results["softmax"].score == 0 and "is float32 although the inputs" in results["softmax"].feedback, \
+    assert results["softmax"].score == 0 and "float32's precision only" in results["softmax"].feedback, \
         results["softmax"].feedback
     for qid in ("q3", "q4"):
         assert results[qid].score == 0, results[qid].feedback

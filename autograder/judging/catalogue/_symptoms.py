@@ -16,7 +16,7 @@ import torch
 from ...questions.base import Case
 from ...questions.common import case_mask
 from ..diagnosis import View
-from ..messages import compare, outputs_equal, precision_problem
+from ..messages import FLOAT32_ONLY, compare, outputs_equal, precision_problem
 from ..model import Mistake
 from ..variants import JudgeCase, needs_grad
 
@@ -46,54 +46,65 @@ def _outputs(row) -> dict:
 # --------------------------------------------------------------------------- properties of any answer
 
 
-def _property(view: View, words: tuple) -> str | None:
-    """The first property sentence (a failed case's own, or one decided from values) containing
-    one of ``words``, with its case when it is not the first failure (whose text the feedback
-    already shows)."""
-    first = next((row for row in view.failing), None)
-    for row in view.rows:
-        if row.status == "property" and any(w in str(row.detail) for w in words):
-            return row.detail if row is first else f"{row.detail} (on input {row.case.label})"
-    return None
+def _with_case(fix: str, row, sentence: str, first) -> str:
+    """The symptom's sentence in the full feedback: ``fix``, then what was found on ``row``'s case
+    unless that case is the failure the feedback shows (``first``). The case's own sentence says
+    what is wrong and never how to fix it: the first step of the feedback shows it, with a question."""
+    fix = fix.rstrip(".")
+    return fix if row is first else f"{fix}. On input {row.case.label}: {sentence}"
 
 
-PARAMETER_NOT_TRAINED = symptom(
+def property_symptom(key: str, title: str, hint: str, ask: str, *words: str) -> Mistake:
+    """A mistake found as a property of a case (a failed case's own sentence, or one decided from
+    values) containing one of ``words``."""
+    def detect(view: View) -> str | None:
+        first = next((row for row in view.failing), None)
+        for row in view.rows:
+            if row.status == "property" and any(w in str(row.detail) for w in words):
+                return _with_case(hint, row, str(row.detail), first)
+        return None
+    return symptom(key, title, hint, ask, detect)
+
+
+PARAMETER_NOT_TRAINED = property_symptom(
     "parameter_not_trained", "a parameter the output does not reach through autograd",
     "Compute the output from the parameters with torch operations only: no .detach(), .data, numpy, "
     "torch.no_grad() or requires_grad=False on the way.",
     "Which of your parameters would never change in training: is it used, and is the path from it to the "
     "output one autograd can follow?",
-    lambda view: _property(view, ("gradient of the parameter",)))
+    "gradient of the parameter")
+
+FLOAT32_FIX = ("Create every intermediate tensor in the input's dtype (dtype=x.dtype, .to(x.dtype)), never with a "
+               "fixed float32 (.float(), torch.zeros(...) without dtype)")
+
 
 def _float32(view: View) -> str | None:
-    """A float64 case right to float32's precision only: a property of the case, or, where several
-    parameter layouts were tried, of the layout whose outputs the answer is closest to."""
-    found = _property(view, ("is float32 although",))
-    if found:
-        return found
+    """A float64 case right to float32's precision only (a property of the case, or, where several
+    parameter layouts were tried, of the layout whose outputs the answer is closest to): the fix,
+    followed by that case's sentence where the feedback's failure is another case's."""
     first = next((row for row in view.failing), None)
+    for row in view.rows:
+        if row.status == "property" and FLOAT32_ONLY in str(row.detail):
+            return _with_case(FLOAT32_FIX, row, str(row.detail), first)
     for row in view.failing:
         got = _outputs(row)
         for reference in row.references if row.status == "differs" else ():
             message = next((m for name, value in reference.items() if name in got
                             for m in [precision_problem(name, got[name], value, row.case)] if m), None)
             if message:
-                return message if row is first else f"{message} (on input {row.case.label})"
+                return _with_case(FLOAT32_FIX, row, message, first)
     return None
 
 
 FLOAT32_PRECISION = symptom(
-    "float32_precision", "float64 inputs computed in float32",
-    "Create every intermediate tensor in the input's dtype (dtype=x.dtype, .to(x.dtype)), never with a fixed "
-    "float32 (.float(), torch.zeros(...) without dtype).",
-    "Your result is right to float32's precision only, on float64 inputs: where does a tensor of your code get "
-    "float32, whatever the inputs are?", _float32)
+    "float32_precision", "float64 inputs computed in float32", FLOAT32_FIX,
+    "Where does a tensor of your code get float32, whatever the dtype of the inputs?", _float32)
 
-BIAS_MISSING = symptom(
+BIAS_MISSING = property_symptom(
     "bias_missing", "a layer built without its bias",
     "Keep the bias of every nn.Linear / nn.Conv2d / nn.LayerNorm of the exercise (bias=True, the default).",
     "Which of your layers has a weight but no bias?",
-    lambda view: _property(view, ("but no bias",)))
+    "but no bias")
 
 PROPERTIES = (PARAMETER_NOT_TRAINED, FLOAT32_PRECISION, BIAS_MISSING)
 
@@ -180,12 +191,13 @@ def _tuple_returned(view: View) -> str | None:
 
 def said(key: str, title: str, hint: str, ask: str, *words: str) -> Mistake:
     """A mistake the recipe (or the probe) names itself: a case raised its sentence, which contains
-    one of ``words``; the sentence is the detail."""
+    one of ``words``."""
     def detect(view: View) -> str | None:
+        first = next((row for row in view.failing), None)
         for row in view.failing:
             message = str((row.detail or {}).get("message", "")) if row.status == "error" else ""
             if any(w in message for w in words):
-                return message
+                return _with_case(hint, row, message, first)
         return None
     return symptom(key, title, hint, ask, detect)
 
