@@ -421,12 +421,17 @@ def _assignment_class(assignment: str, students: list[str], rng: random.Random, 
     for student in students:
         answers, made.draws[(student, assignment)] = written[student]
         made.long[(student, assignment)] = _long(answers, skeleton)
-        notebook = json.loads(json.dumps(base))
-        for qid, source in answers.items():
-            cell = _answer_cell(notebook, qid)
-            if cell is not None:
-                cell["source"] = source
-        made.notebooks[(student, assignment)] = notebook
+        made.notebooks[(student, assignment)] = _filled(base, answers)
+
+
+def _filled(base: dict, answers: dict[str, str]) -> dict:
+    """The notebook ``base`` with its answer cells' sources replaced by ``answers`` (by question)."""
+    notebook = json.loads(json.dumps(base))
+    for qid, source in answers.items():
+        cell = _answer_cell(notebook, qid)
+        if cell is not None:
+            cell["source"] = source
+    return notebook
 
 
 def build_class(students: int, assignments: list[str], seed: int, own_line: bool = False) -> SyntheticClass:
@@ -436,6 +441,73 @@ def build_class(students: int, assignments: list[str], seed: int, own_line: bool
     for assignment in assignments:
         _assignment_class(assignment, names, rng, made, own_line)
     return made
+
+
+# ---------------------------------------------------------------- a class written by hand
+
+WRITTEN = ROOT / "tests" / "answers" / "written"
+
+
+def answer_sources(notebook: dict, assignment: str) -> dict[str, str]:
+    """``{qid: source}``: the answer cells of a filled notebook of ``assignment``."""
+    found = {}
+    for q in autograder.questions(assignment):
+        cell = _answer_cell(notebook, q.id)
+        if cell is not None:
+            source = cell["source"]
+            found[q.id] = source if isinstance(source, str) else "".join(source)
+    return found
+
+
+def read_written(folder: Path = WRITTEN) -> dict[str, dict[str, dict[str, str]]]:
+    """student -> assignment -> ``{qid: source}``: the answers of students who wrote apart, one
+    JSON file per student in ``folder`` (made by ``--save-written`` from their notebooks)."""
+    return {path.stem: json.loads(path.read_text(encoding="utf-8")) for path in sorted(folder.glob("*.json"))}
+
+
+def written_class(written: dict[str, dict[str, dict[str, str]]], assignments: list[str], seed: int,
+                  crowd: int = 0) -> SyntheticClass:
+    """A class of the students who wrote their answers apart (independent of one another), a copier
+    of each who hands in all of that student's answers disguised (:func:`disguised`), and
+    ``crowd`` independent students drawn from the banks with a line of their own per answer (so
+    that the class's rates of chance are not those of a handful of students)."""
+    rng = random.Random(seed)
+    made = SyntheticClass()
+    authors = sorted(written)
+    for assignment in assignments:
+        pools = answer_pools(autograder.questions(assignment)) if crowd else {}     # the banks: seconds to read
+        base = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+        given_sources = skeleton_sources(ROOT / "solutions", assignment)
+        skeleton, given = similarity.Skeleton.of(given_sources), "\n".join(given_sources)
+        handed: dict[str, tuple[dict[str, str], dict[str, int]]] = {}
+        for index, author in enumerate(authors):
+            answers = written[author][assignment]
+            own = {q: 2000 + index for q in answers}                  # a draw no one else makes
+            handed[author] = (answers, own)
+            handed[f"copier_of_{author}"] = ({q: disguised(s, rng, given) for q, s in answers.items()}, own)
+            made.copies.add((assignment, *sorted((author, f"copier_of_{author}"))))
+            if _long(answers, skeleton):
+                made.long_copies.add((assignment, *sorted((author, f"copier_of_{author}"))))
+        for index in range(crowd):
+            handed[f"crowd{index:04d}"] = _draw(pools, rng, given, own_line=True)
+        for student, (answers, draws) in handed.items():
+            made.draws[(student, assignment)] = draws
+            made.long[(student, assignment)] = _long(answers, skeleton)
+            made.notebooks[(student, assignment)] = _filled(base, answers)
+    return made
+
+
+def save_written(folder: Path, student: str, out: Path = WRITTEN) -> Path:
+    """``--save-written``: the answer cells of one student's filled notebooks (``folder``/NN_name.ipynb),
+    as ``out``/student.json, the form :func:`read_written` reads."""
+    answers = {}
+    for assignment in ASSIGNMENTS:
+        notebook = json.loads((folder / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+        answers[assignment] = answer_sources(notebook, assignment)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{student}.json"
+    path.write_text(json.dumps(answers, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    return path
 
 
 def write_class(made: SyntheticClass, root: Path) -> None:
@@ -544,12 +616,41 @@ def verdict(result: dict, seconds: float, grading_seconds: float) -> tuple[bool,
 def measure(students: int, assignments: list[str], seed: int, threshold: float,
             own_line: bool = False) -> tuple[SyntheticClass, Measured]:
     made = build_class(students, assignments, seed, own_line)
+    return made, staged(made, assignments, threshold)
+
+
+def staged(made: SyntheticClass, assignments: list[str], threshold: float) -> Measured:
+    """The stage run on ``made``, written to a folder of its own for the time of the run."""
     folder = Path(tempfile.mkdtemp(prefix="bench-similarity-"))
     try:
         write_class(made, folder)
-        return made, run_stage(folder, assignments, threshold)
+        return run_stage(folder, assignments, threshold)
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def written_report(folder: Path, crowd: int, seed: int, threshold: float) -> int:
+    """``--written``: the class of :func:`written_class`; every pair of two students who wrote
+    apart that is reported is printed (a false accusation), then the copies found."""
+    written = read_written(folder)
+    made = written_class(written, ASSIGNMENTS, seed, crowd)
+    measured = staged(made, ASSIGNMENTS, threshold)
+    result = scores(made, measured.reported)
+    print(f"class: {len(written)} students who wrote apart ({', '.join(sorted(written))}), a copier of each, "
+          f"{crowd} drawn from the banks; seed {seed}, threshold {threshold:g}")
+    print("\n".join(per_assignment(made, measured.reported, ASSIGNMENTS)))
+    apart = sorted(p for p in measured.reported - made.copies if p[1] in written and p[2] in written)
+    for assignment, a, b in apart:
+        print(f"  reported, though written apart: {assignment} {a} {b}")
+    missed = sorted(made.copies - measured.reported)
+    for assignment, a, b in missed:
+        print(f"  copy not reported: {assignment} {a} {b}"
+              + ("" if (assignment, a, b) in made.long_copies else " (no long answer copied)"))
+    print(f"written apart: {len(apart)} of {len(written) * (len(written) - 1) // 2 * len(ASSIGNMENTS)} pairs reported; "
+          f"other independent pairs reported: {result['reported'] - result['found'] - len(apart)}; "
+          f"copies found {result['found']} of {result['copies']} (recall {result['recall']:.3f}; "
+          f"{result['recall_long']:.3f} of the {result['long_copies']} with a long answer)")
+    return 0 if not apart else 1
 
 
 SWEEP_SIZES = (10, 20, 30, 100)
@@ -594,8 +695,19 @@ def main(argv=None) -> int:
                         help="the grading time of 100 x 8 to compare with (For instructors: bench.grading, 214 s)")
     parser.add_argument("--sweep", type=int, default=0, metavar="SEEDS",
                         help="no timing: classes of 10, 20, 30 and 100 students of both kinds, SEEDS seeds each")
+    parser.add_argument("--written", type=Path, nargs="?", const=WRITTEN, default=None, metavar="DIR",
+                        help=f"no timing: the students who wrote apart (default {WRITTEN.relative_to(ROOT)}), "
+                             "a copier of each, and --crowd students drawn from the banks")
+    parser.add_argument("--crowd", type=int, default=30, help="with --written: students drawn from the banks")
+    parser.add_argument("--save-written", nargs=2, metavar=("FOLDER", "STUDENT"),
+                        help="store the answer cells of FOLDER/NN_name.ipynb as --written's STUDENT.json")
     args = parser.parse_args(argv)
     ATTRIBUTE_RENAMES = args.attribute_renames        # read by disguised(), deep in the class's making
+    if args.save_written:
+        print(save_written(Path(args.save_written[0]), args.save_written[1]))
+        return 0
+    if args.written:
+        return written_report(args.written, args.crowd, args.seed, args.threshold)
     if args.sweep:
         return sweep(args.sweep, args.threshold)
     made, small = measure(args.students, ASSIGNMENTS, args.seed, args.threshold, args.own_line)

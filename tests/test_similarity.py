@@ -555,3 +555,49 @@ def test_a_pair_found_by_its_identical_answers_is_shown_side_by_side():
     assert "identical once normalised" in section and "&lt;copier&gt;" in section
     assert "mine = x.m0_" in section and "y = x.m0_" in section           # both answers, whole
     assert "identical answers to cell 1, cell 2" in section
+
+
+# ---------------------------------------------------------------- students who wrote apart
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_every_copy_of_a_student_who_wrote_apart_is_found_and_no_other_pair_of_theirs(seed):
+    """tests/answers/written holds the answers of students who each filled the eight notebooks
+    alone; each is copied whole by a copier who renames every local (one time in two the
+    attributes too), drops the comments and reformats, among 30 classmates drawn from the answer
+    banks (who give the joint rule its rates of chance). Every copy is found, the copies of
+    assignments whose answers are all short included, and no pair with one of them or a copier
+    but the copy pairs is reported. (Two classmates who drew the same bank answers may be: a
+    coincident draw, measured by ``python -m bench.similarity``.)"""
+    from bench.similarity import ASSIGNMENTS, read_written, staged, written_class
+
+    written = read_written()
+    made = written_class(written, ASSIGNMENTS, seed=seed, crowd=30)
+    reported = staged(made, ASSIGNMENTS, S.DEFAULT_THRESHOLD).reported
+    theirs = {p for p in reported if not (p[1].startswith("crowd") and p[2].startswith("crowd"))}
+    assert len(made.copies) == len(written) * len(ASSIGNMENTS)
+    assert theirs == made.copies, (sorted(theirs - made.copies), sorted(made.copies - theirs))
+
+
+@pytest.mark.slow
+def test_students_who_wrote_apart_get_full_marks_from_the_command(tmp_path):
+    """Every notebook of the students who wrote apart, and of their copiers, graded by
+    ``python -m autograder grade``: full marks on every question the grader checks."""
+    import grading_students as G
+
+    from bench.similarity import ASSIGNMENTS, read_written, write_class, written_class
+
+    written = read_written()
+    assert written, "tests/answers/written: one file per student"
+    made = written_class(written, ASSIGNMENTS, seed=1)
+    root = tmp_path / "course"
+    write_class(made, root)
+    env = dict(os.environ, AUTOGRADER_GRADER_VERSION="written-test")
+    proc = subprocess.run([sys.executable, "-m", "autograder", "grade", str(root), "--jobs", "2", "--no-progress",
+                           "--timeout", "60"], cwd=G.REPO, env=env, capture_output=True, text=True, timeout=1200)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = G.read_csv(root)
+    graded = {(s, a) for s, a, _ in rows}
+    assert graded == set(made.notebooks), sorted(graded ^ set(made.notebooks))
+    short = {key: row for key, row in rows.items() if row[0] != row[1]}
+    assert not short, short
