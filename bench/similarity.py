@@ -397,13 +397,19 @@ def _long(answers: dict[str, str], skeleton: similarity.Skeleton) -> set[str]:
     return {q for q, source in answers.items() if similarity.fingerprint_cell(q, source, skeleton).long}
 
 
+def _given(assignment: str) -> tuple[dict, similarity.Skeleton, str]:
+    """The solutions notebook of ``assignment`` (whose answer cells a class's notebooks replace),
+    its skeleton and the given code as one source."""
+    base = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
+    given_sources = skeleton_sources(ROOT / "solutions", assignment)
+    return base, similarity.Skeleton.of(given_sources), "\n".join(given_sources)
+
+
 def _assignment_class(assignment: str, students: list[str], rng: random.Random, made: SyntheticClass,
                       own_line: bool = False) -> None:
     """Every student's notebook of one assignment, into ``made``, with the copy pairs."""
     pools = answer_pools(autograder.questions(assignment))
-    base = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
-    given_sources = skeleton_sources(ROOT / "solutions", assignment)
-    skeleton, given = similarity.Skeleton.of(given_sources), "\n".join(given_sources)
+    base, skeleton, given = _given(assignment)
     copiers = sorted(rng.sample(students, max(1, round(COPIER_SHARE * len(students)))))
     honest = [s for s in students if s not in copiers]
     written = {student: _draw(pools, rng, given, own_line) for student in honest}
@@ -476,18 +482,18 @@ def written_class(written: dict[str, dict[str, dict[str, str]]], assignments: li
     authors = sorted(written)
     for assignment in assignments:
         pools = answer_pools(autograder.questions(assignment)) if crowd else {}     # the banks: seconds to read
-        base = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
-        given_sources = skeleton_sources(ROOT / "solutions", assignment)
-        skeleton, given = similarity.Skeleton.of(given_sources), "\n".join(given_sources)
+        base, skeleton, given = _given(assignment)
         handed: dict[str, tuple[dict[str, str], dict[str, int]]] = {}
         for index, author in enumerate(authors):
             answers = written[author][assignment]
             own = {q: 2000 + index for q in answers}                  # a draw no one else makes
             handed[author] = (answers, own)
-            handed[f"copier_of_{author}"] = ({q: disguised(s, rng, given) for q, s in answers.items()}, own)
-            made.copies.add((assignment, *sorted((author, f"copier_of_{author}"))))
+            copier = f"copier_of_{author}"
+            handed[copier] = ({q: disguised(s, rng, given) for q, s in answers.items()}, own)
+            pair = (assignment, *sorted((author, copier)))
+            made.copies.add(pair)
             if _long(answers, skeleton):
-                made.long_copies.add((assignment, *sorted((author, f"copier_of_{author}"))))
+                made.long_copies.add(pair)
         for index in range(crowd):
             handed[f"crowd{index:04d}"] = _draw(pools, rng, given, own_line=True)
         for student, (answers, draws) in handed.items():

@@ -23,8 +23,7 @@ def single_output(value, what: str, attention_flag: bool = False):
         return value
     got = f"a {type(value).__name__} of {len(value)} items"
     if attention_flag:
-        raise CaseFailure(f"{what} with return_attention=False should return the output tensor alone, got {got}: "
-                          f"return the pair (out, weights) only when return_attention=True")
+        raise CaseFailure(f"{what} with return_attention=False should return the output tensor alone, got {got}")
     raise CaseFailure(f"{what} should return the output tensor alone, got {got}")
 
 

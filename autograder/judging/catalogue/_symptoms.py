@@ -54,16 +54,19 @@ def _with_case(fix: str, row, sentence: str, first) -> str:
     return fix if row is first else f"{fix}. On input {row.case.label}: {sentence}"
 
 
+def _found_property(view: View, words: tuple, fix: str) -> str | None:
+    """The first property of a case (a failed case's own sentence, or one decided from values)
+    containing one of ``words``, as :func:`_with_case` gives it; None when there is none."""
+    first = next((row for row in view.failing), None)
+    for row in view.rows:
+        if row.status == "property" and any(w in str(row.detail) for w in words):
+            return _with_case(fix, row, str(row.detail), first)
+    return None
+
+
 def property_symptom(key: str, title: str, hint: str, ask: str, *words: str) -> Mistake:
-    """A mistake found as a property of a case (a failed case's own sentence, or one decided from
-    values) containing one of ``words``."""
-    def detect(view: View) -> str | None:
-        first = next((row for row in view.failing), None)
-        for row in view.rows:
-            if row.status == "property" and any(w in str(row.detail) for w in words):
-                return _with_case(hint, row, str(row.detail), first)
-        return None
-    return symptom(key, title, hint, ask, detect)
+    """A mistake found as a property of a case containing one of ``words``."""
+    return symptom(key, title, hint, ask, lambda view: _found_property(view, words, hint))
 
 
 PARAMETER_NOT_TRAINED = property_symptom(
@@ -82,10 +85,10 @@ def _float32(view: View) -> str | None:
     """A float64 case right to float32's precision only (a property of the case, or, where several
     parameter layouts were tried, of the layout whose outputs the answer is closest to): the fix,
     followed by that case's sentence where the feedback's failure is another case's."""
+    found = _found_property(view, (FLOAT32_ONLY,), FLOAT32_FIX)
+    if found:
+        return found
     first = next((row for row in view.failing), None)
-    for row in view.rows:
-        if row.status == "property" and FLOAT32_ONLY in str(row.detail):
-            return _with_case(FLOAT32_FIX, row, str(row.detail), first)
     for row in view.failing:
         got = _outputs(row)
         for reference in row.references if row.status == "differs" else ():
@@ -181,14 +184,6 @@ FLOAT_MIX = symptom(
     "Your code raises on the float64 inputs only: which tensor of yours has a dtype of its own?", _dtype_mix)
 
 
-def _tuple_returned(view: View) -> str | None:
-    for row in view.failing:
-        message = str((row.detail or {}).get("message", "")) if row.status == "error" else ""
-        if "should return the output tensor alone" in message:
-            return message
-    return None
-
-
 def said(key: str, title: str, hint: str, ask: str, *words: str) -> Mistake:
     """A mistake the recipe (or the probe) names itself: a case raised its sentence, which contains
     one of ``words``."""
@@ -227,11 +222,11 @@ RECIPE_SAYS = (
 )
 
 
-RETURNS_TUPLE = symptom(
+RETURNS_TUPLE = said(
     "returns_a_tuple", "a tuple returned where the output tensor alone is expected",
     "Return the tensor itself; return a pair only where the exercise asks for one (return_attention=True).",
     "Your forward returns a tuple where the exercise expects one tensor: when should it return a pair, and when "
-    "the output alone?", _tuple_returned)
+    "the output alone?", "should return the output tensor alone")
 
 
 # --------------------------------------------------------------------------- gradients
