@@ -102,6 +102,17 @@ def test_every_question_has_one_check_cell_and_every_check_cell_a_question(name)
     assert not doubles, f"{path}: more than one check cell grades {doubles}: keep one per question"
 
 
+@pytest.mark.parametrize("name", ASSIGNMENTS)
+def test_the_registry_lists_a_chapters_questions_in_the_notebooks_order(name):
+    """``check`` prints, and the intro cell lists, the questions in the registry's order: the
+    notebook's, so that a student reads the results top to bottom as the notebook goes."""
+    in_notebook = [qid for _, qid in check_cells(read(solution(name)))]
+    registered = list(questions_of(name))
+    assert registered == in_notebook, (
+        f"autograder.questions({name!r}) gives {registered}, but {rel(solution(name))} asks {in_notebook}: register "
+        f"the questions (autograder/questions/) in the notebook's order")
+
+
 # ------------------------------------------------------------------ cell ids and grade ids
 
 @pytest.mark.parametrize("name", ASSIGNMENTS)

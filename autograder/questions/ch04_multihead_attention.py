@@ -91,9 +91,6 @@ def _run_mha(answer, case, rec):
     module = _build_mha(rec, answer, p, heads=p["h"])
     _forward_mha(rec, module, p)
 
-register(Question(id="q5", chapter="04_multihead_attention", title="Q5 multi-head attention (einsum + rearrange)",
-                  points=3, answer_name="MultiHeadAttention", kind="class", cases=MHA_CASES, run_case=_run_mha,
-                  forbidden=("attention",), outputs={"out": "(B, N, E)"}))
 
 # --------------------------------------------------------------------------- loop of heads
 
@@ -123,3 +120,8 @@ register(Question(id="mha_loop", chapter="04_multihead_attention", title="Multi-
                   points=2, answer_name="MultiHeadAttentionLoop", kind="class", cases=LOOP_CASES,
                   run_case=_run_loop, forbidden=("attention",),
                   outputs={"out": "(B, N, E)", "weights": "(B, h, N, N)"}))
+
+# the notebook builds the loop of heads first, then the einsum version (Q5)
+register(Question(id="q5", chapter="04_multihead_attention", title="Q5 multi-head attention (einsum + rearrange)",
+                  points=3, answer_name="MultiHeadAttention", kind="class", cases=MHA_CASES, run_case=_run_mha,
+                  forbidden=("attention",), outputs={"out": "(B, N, E)"}))

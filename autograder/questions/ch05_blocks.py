@@ -180,44 +180,6 @@ register(Question(id="q7", chapter="05_blocks", title="Q7 feed-forward block (Fe
                   answer_name="FeedForwardBlock", kind="class", cases=Q7_CASES, run_case=_run_q7,
                   outputs={"out": "(B, N, emb_size)"}))
 
-# --------------------------------------------------------------------------- Q7 encoder block
-
-BLOCK_CASES = [
-    Case("TransformerEncoderBlock(emb_size=8, num_heads=2), x (3, 5, 8)",
-         {"E": 8, "h": 2, "expansion": None, "x": (3, 5, 8), "seed": 101, "biases": True}, {3: "B", 5: "N", 8: "E"}),
-    Case("TransformerEncoderBlock(emb_size=12, num_heads=3, forward_expansion=2), x (1, 4, 12)",
-         {"E": 12, "h": 3, "expansion": 2, "x": (1, 4, 12), "seed": 102, "biases": True}, {1: "B", 4: "N", 12: "E"}),
-    *_dropout_cases("TransformerEncoderBlock(emb_size=8, num_heads=2, forward_expansion=2)",
-                    {"E": 8, "h": 2, "expansion": 2, "x": (2, 3, 8), "seed": 103, "biases": True},
-                    {2: "B", 3: "N", 8: "E"},
-                    [{"drop_p": 0.5, "forward_drop_p": 0.25, "train": False},
-                     {"drop_p": 1.0, "forward_drop_p": 0.0, "train": True},
-                     {"drop_p": 0.0, "forward_drop_p": 1.0, "train": True},
-                     {"drop_p": 0.5, "forward_drop_p": 0.25, "train": True}]),
-]
-
-
-def _run_block(answer, case, rec, norm_first=True):
-    p = case.params
-    kwargs = {"emb_size": p["E"], "num_heads": p["h"]}
-    if p["expansion"] is not None:
-        kwargs["forward_expansion"] = p["expansion"]
-    for name in ("drop_p", "forward_drop_p"):
-        if name in p:
-            kwargs[name] = p[name]
-    args = (p["E"], p["h"]) if p["expansion"] is None else (p["E"], p["h"], p["expansion"])
-    module = build_flexible(rec, answer, args, kwargs, heads=p["h"], head_width=p["E"], train=bool(p.get("train")),
-                            dtype=p.get("dtype"))
-    x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
-    out = single_output(_seeded_call(rec, p, module, x), "the block's forward(x)")
-    rec.check_new_params(module)
-    rec.output("out", out)
-    _backward(rec, p, module, x, out)
-
-register(Question(id="q7b", chapter="05_blocks", title="Q7 transformer encoder block (TransformerEncoderBlock)",
-                  points=2, answer_name="TransformerEncoderBlock", kind="class", cases=BLOCK_CASES,
-                  run_case=_run_block, forbidden=("attention",), outputs={"out": "(B, N, E)"}))
-
 # --------------------------------------------------------------------------- LayerNorm
 
 LN_CASES = [
@@ -252,6 +214,44 @@ def _run_ln(answer, case, rec):
 register(Question(id="layernorm", chapter="05_blocks", title="LayerNorm from scratch", points=2,
                   answer_name="LayerNorm", kind="class", cases=LN_CASES, run_case=_run_ln,
                   forbidden=("layer_norm",), outputs={"out": "the shape of x"}))
+
+# --------------------------------------------------------------------------- Q7b encoder block
+
+BLOCK_CASES = [
+    Case("TransformerEncoderBlock(emb_size=8, num_heads=2), x (3, 5, 8)",
+         {"E": 8, "h": 2, "expansion": None, "x": (3, 5, 8), "seed": 101, "biases": True}, {3: "B", 5: "N", 8: "E"}),
+    Case("TransformerEncoderBlock(emb_size=12, num_heads=3, forward_expansion=2), x (1, 4, 12)",
+         {"E": 12, "h": 3, "expansion": 2, "x": (1, 4, 12), "seed": 102, "biases": True}, {1: "B", 4: "N", 12: "E"}),
+    *_dropout_cases("TransformerEncoderBlock(emb_size=8, num_heads=2, forward_expansion=2)",
+                    {"E": 8, "h": 2, "expansion": 2, "x": (2, 3, 8), "seed": 103, "biases": True},
+                    {2: "B", 3: "N", 8: "E"},
+                    [{"drop_p": 0.5, "forward_drop_p": 0.25, "train": False},
+                     {"drop_p": 1.0, "forward_drop_p": 0.0, "train": True},
+                     {"drop_p": 0.0, "forward_drop_p": 1.0, "train": True},
+                     {"drop_p": 0.5, "forward_drop_p": 0.25, "train": True}]),
+]
+
+
+def _run_block(answer, case, rec, norm_first=True):
+    p = case.params
+    kwargs = {"emb_size": p["E"], "num_heads": p["h"]}
+    if p["expansion"] is not None:
+        kwargs["forward_expansion"] = p["expansion"]
+    for name in ("drop_p", "forward_drop_p"):
+        if name in p:
+            kwargs[name] = p[name]
+    args = (p["E"], p["h"]) if p["expansion"] is None else (p["E"], p["h"], p["expansion"])
+    module = build_flexible(rec, answer, args, kwargs, heads=p["h"], head_width=p["E"], train=bool(p.get("train")),
+                            dtype=p.get("dtype"))
+    x = rec.tensor(I.randn(p["x"], p["seed"]), dtype=p.get("dtype"), requires_grad=bool(p.get("grads")))
+    out = single_output(_seeded_call(rec, p, module, x), "the block's forward(x)")
+    rec.check_new_params(module)
+    rec.output("out", out)
+    _backward(rec, p, module, x, out)
+
+register(Question(id="q7b", chapter="05_blocks", title="Q7b transformer encoder block (TransformerEncoderBlock)",
+                  points=2, answer_name="TransformerEncoderBlock", kind="class", cases=BLOCK_CASES,
+                  run_case=_run_block, forbidden=("attention",), outputs={"out": "(B, N, E)"}))
 
 # --------------------------------------------------------------------------- post-LN block
 
