@@ -69,7 +69,7 @@ import numpy as np
 
 import autograder
 from autograder.batch import similarity
-from autograder.batch.similarity_report import check_class, fingerprint_notebooks, skeleton_sources
+from autograder.batch.similarity_report import assignment_skeleton, check_class, fingerprint_notebooks, skeleton_sources
 from autograder.batch.sources import load_sources
 from autograder.batch.tasks import discover, questions_by_assignment
 
@@ -402,7 +402,8 @@ def _given(assignment: str) -> tuple[dict, similarity.Skeleton, str]:
     its skeleton and the given code as one source."""
     base = json.loads((ROOT / "solutions" / assignment / f"{assignment}.ipynb").read_text(encoding="utf-8"))
     given_sources = skeleton_sources(ROOT / "solutions", assignment)
-    return base, similarity.Skeleton.of(given_sources), "\n".join(given_sources)
+    skeleton = assignment_skeleton(ROOT / "solutions", assignment, autograder.questions(assignment))
+    return base, skeleton, "\n".join(given_sources)
 
 
 def _assignment_class(assignment: str, students: list[str], rng: random.Random, made: SyntheticClass,
@@ -595,7 +596,7 @@ def ceiling(made: SyntheticClass, assignments: list[str]) -> tuple[set, set]:
     questions = questions_by_assignment()
     above = set()
     for assignment in assignments:
-        skeleton = similarity.Skeleton.of(skeleton_sources(ROOT / "solutions", assignment))
+        skeleton = assignment_skeleton(ROOT / "solutions", assignment, questions[assignment])
         students = sorted(s for s, a in made.notebooks if a == assignment)
         submissions = fingerprint_notebooks([(s, json.dumps(made.notebooks[(s, assignment)]).encode())
                                              for s in students], questions[assignment], skeleton)

@@ -197,19 +197,32 @@ def test_missing_root_is_a_clear_error(tmp_path):
     assert "submitted" in result.stderr
 
 
-def test_missing_nbgrader_is_a_clear_error_before_grading(tmp_path):
-    """Without nbgrader (the grading extra), the command says what to install and grades nothing."""
+@pytest.mark.parametrize("missing", ["nbgrader", "rapidfuzz"])
+def test_a_missing_grading_package_is_a_clear_error_before_grading(missing, tmp_path):
+    """Without nbgrader or rapidfuzz (the grading extra), the command says what to install and grades nothing."""
     root = tmp_path / "course"
     S.write(S.load(A), root, "ann", A)
-    code = ("import sys; sys.modules['nbgrader'] = None\n"
+    code = (f"import sys; sys.modules[{missing!r}] = None\n"
             "from autograder.batch.cli import main\n"
             f"sys.exit(main([{str(root)!r}, '--no-progress']))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           cwd=S.REPO)
     assert proc.returncode != 0
     assert "pip install 'vitref-course[grading]'" in proc.stderr + proc.stdout, proc.stderr
+    assert missing in proc.stderr + proc.stdout, proc.stderr
     assert "grading 1 submission" not in proc.stdout
     assert not (root / ".autograder").exists() and not (root / "grades.csv").exists()
+
+
+def test_the_students_command_imports_no_grading_package():
+    """Colab installs the course without the grading extra: ``python -m autograder`` (``check``,
+    ``questions``) imports none of it, though it reaches the similarity module through ``export``."""
+    code = ("import sys\nfor name in ('nbgrader', 'rapidfuzz', 'nh3', 'psycopg'): sys.modules[name] = None\n"
+            "from autograder.__main__ import main\n"
+            "sys.exit(main(['questions', '--chapter', '01_tokens']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=S.REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert "embedding_lookup" in proc.stdout
 
 
 def test_a_virtual_environment_reached_through_a_symlink(tmp_path):

@@ -43,7 +43,8 @@ class GradebookUnavailable(SystemExit):
 
 
 def require_nbgrader(db_url: str | None = None) -> None:
-    """Fail before any grading when nbgrader (or the database's driver) is missing."""
+    """Fail before any grading when nbgrader (which brings rapidfuzz, the similarity report's) or the
+    database's driver is missing."""
     try:
         import nbgrader.api  # noqa: F401 - imported only to fail here when nbgrader is missing
     except ImportError as error:

@@ -26,6 +26,19 @@ normalised tokens that are not the skeleton's. Many independent right answers to
 question are the same few tokens (a one-line softmax), so an answer too short to tell never
 decides a pair, alone or together.
 
+**The solution's answer, written the way anyone might, is no evidence.** Where a question leaves
+little to choose (a pattern string, a two-line ``forward``, a prediction), students who never met
+hand in the same text: the solution's, or one a few edits from it (a variable inlined, arguments
+by keyword, a tuple assignment split). Four students who filled the notebooks apart
+(``tests/answers/written``) handed in identical answers, two of them or more, to 25 of the 34
+questions: 91 pairs of answers alike, all but one at most 8 token edits from the solution's
+answer. Where the rest of the class writes otherwise, such an answer looks rare. So a cell
+whose own tokens are at most ``NEAR_EDITS`` edits (insertions, deletions, substitutions:
+Levenshtein, ``rapidfuzz``) from the solution's answer to its question (the source notebook's
+cell, :attr:`Skeleton.solutions`) is **forced**: it is never long and has no answer digest, so
+neither rule counts it. A copy of such an answer is not found; nothing in its text tells it
+from a classmate's.
+
 Pairs are proposed by an inverted index, fingerprint -> the submissions that have it, over the
 *rare* fingerprints only (those at most :func:`rare_cap` submissions share: 3% of the class, at
 least 3, at most ``MAX_SHARED``): the work is linear in the class (at most ``MAX_SHARED - 1``
@@ -36,15 +49,20 @@ reported when its score reaches the threshold (``DEFAULT_THRESHOLD``, 0.9: a cop
 ``python -m bench.similarity --sweep 3``,
 0.8 let through 24 independent pairs and 0.9 nine, with 551 and 549 copies found; ``grade
 --similarity-threshold``) and the class contradicts none of the long answers it rests on
-(:func:`_uncontradicted`): on each question of its shared rare fingerprints, no other two hands
-hand in the same answer and no other such pair (not one the joint rule reports) has near-identical
-ones. Where the class shows independent students writing a long answer alike, one more pair that
-does is no evidence by itself; only the joint rule's chance bound can report it (in the 24
-synthetic classes of ``python -m bench.similarity --sweep 3``, the independent pairs reported
-went from 213 to 23 with this check and the joint rule below: ``bench/RESULTS.md`` section
-8). So the copy of one answer that
-a dozen students wrote the same way is not found by its fingerprints: nothing in the text tells
-it from the others.
+(:func:`_uncontradicted`): on each question of its shared rare fingerprints, the class shows no
+chance (:func:`_chance_collisions`): no other two hands hand in the same answer (or, against a
+pair whose own answers there are not identical, near-identical long ones: a fingerprint pair the
+joint rule does not report) **while handing in different answers to another question both
+answer**, and no answer there is one more than :func:`joint_cap` of the class hand in. Where the
+class shows independent students writing a long answer alike, one more pair that does is no
+evidence by itself; only the joint rule's chance bound can report it (in the 24 synthetic classes
+of ``python -m bench.similarity --sweep 3``, the independent pairs reported went from 213 to 23
+with this check and the joint rule below: ``bench/RESULTS.md`` section 8). A copier's pair is
+identical wherever both answered, so it is no such evidence: three copies of three students' one
+long answer do not make one another look like chance (section 8.4). And two classmates who wrote
+a long answer nearly alike (a line apart) do not explain a pair alike to the last token. So the
+copy of one answer that a dozen students wrote the same way is not found by its fingerprints:
+nothing in the text tells it from the others.
 
 **Identical answers, jointly** (:func:`identical_pairs`). A copier's answers are the same text
 once normalised on every question copied; independent students often hand in the same short
@@ -120,6 +138,7 @@ MIN_IDENTICAL = 2           # the joint rule: the least questions answered ident
 MIN_BITS = 1.0              # ...each with an answer at most half the class hands in (1 bit)
 JOINT_SHARE = 0.1           # an answer more of the class hands in proposes no pair (at most MAX_SHARED)
 BIT_STEPS = 8               # the joint rule's law of chance evidence: on a grid of 1/8 bit
+NEAR_EDITS = 8              # a cell at most this many token edits from the solution's answer is forced (no evidence)
 
 MAX_CELL_CHARS = 20_000     # characters of one cell read (an answer is a few hundred)
 MAX_CELLS = 300             # code cells of one submission read
@@ -348,18 +367,48 @@ def winnow(hashes: np.ndarray, window: int = WINDOW) -> np.ndarray:
 
 @dataclass
 class Skeleton:
-    """What an assignment gives every student: names kept as written, k-grams never evidence."""
+    """What an assignment gives every student: names kept as written, k-grams never evidence;
+    and the solution's answer to each question, from which a cell a few edits away is forced."""
 
     keep: frozenset = frozenset()
     hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.uint64))
     attributes: frozenset = frozenset()         # the attribute names it uses (``.cls_token``), kept as written
+    solutions: dict[str, list[list[str]]] = field(default_factory=dict)   # label -> own tokens of its solution cells
 
     @classmethod
-    def of(cls, sources: list[str]) -> Skeleton:
+    def of(cls, sources: list[str], solutions: list[tuple[str, str]] = ()) -> Skeleton:
+        """``sources``: the given code; ``solutions``: ``(label, source)`` of the solution's answer cells."""
         keep = defined_names(sources)
         attributes = frozenset(name for source in sources for name in _dotted_names(source))
         parts = [kgram_hashes(normalise(s, keep, attributes)) for s in sources]
-        return cls(keep, np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64), attributes)
+        skeleton = cls(keep, np.unique(np.concatenate(parts)) if parts else np.zeros(0, dtype=np.uint64), attributes)
+        for label, source in solutions:
+            skeleton.solutions.setdefault(label, []).append(_own_texts(source, skeleton)[1])
+        return skeleton
+
+    def forced(self, label: str, own: list[str]) -> bool:
+        """Whether a cell of ``label`` whose own tokens are ``own`` is at most :data:`NEAR_EDITS`
+        token edits from the solution's answer (a question without one: never)."""
+        solutions = self.solutions.get(label, ())
+        if not own or not solutions:
+            return False
+        # here, not at the top: the student's `check` imports this module and needs no rapidfuzz
+        from rapidfuzz.distance import Levenshtein
+        return any(Levenshtein.distance(own, solution, score_cutoff=NEAR_EDITS) <= NEAR_EDITS for solution in solutions)
+
+
+def _own_texts(source: str, skeleton: Skeleton) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """``(hashes of every k-gram, the cell's own token texts, which k-grams are its own)`` of a cell:
+    its own tokens are those in a k-gram that is not the ``skeleton``'s, in order."""
+    tokens = normalise(source, skeleton.keep, skeleton.attributes)
+    every = kgram_hashes(tokens)
+    own_kgram = ~np.isin(every, skeleton.hashes)
+    covered = np.zeros(len(tokens) + 1, dtype=np.int64)
+    starts = np.flatnonzero(own_kgram)
+    np.add.at(covered, starts, 1)
+    np.add.at(covered, starts + K, -1)
+    mine = np.cumsum(covered)[:len(tokens)] > 0
+    return every, [t.text for t, m in zip(tokens, mine) if m], own_kgram
 
 
 @dataclass
@@ -372,11 +421,12 @@ class Cell:
     hashes: np.ndarray
     positions: np.ndarray
     own_tokens: int                 # tokens in k-grams that are not the skeleton's
-    answer: int = 0                 # a digest of those tokens in order (0: none; :func:`answer_digest`)
+    answer: int = 0                 # a digest of those tokens in order (0: none, or forced; :func:`answer_digest`)
+    forced: bool = False            # a few edits from the solution's answer (:meth:`Skeleton.forced`): no evidence
 
     @property
     def long(self) -> bool:
-        return self.own_tokens >= MIN_TOKENS
+        return self.own_tokens >= MIN_TOKENS and not self.forced
 
 
 @dataclass
@@ -386,28 +436,23 @@ class Submission:
 
 
 def fingerprint_cell(label: str, source: str, skeleton: Skeleton, cache: dict | None = None) -> Cell:
-    """A cell's fingerprints outside the skeleton (``cache``: by a digest of the source, for
-    the cells most students leave as given). The source is kept only for a cell with tokens of its own."""
+    """A cell's fingerprints outside the skeleton (``cache``: by the label and a digest of the source,
+    for the cells most students leave as given). The source is kept only for a cell with tokens of
+    its own; a forced cell (:meth:`Skeleton.forced`) has no answer digest."""
     source = source[:MAX_CELL_CHARS]
-    digest = hashlib.blake2b(source.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+    digest = hashlib.blake2b(label.encode("utf-8", "surrogatepass") + b"\x00" + source.encode("utf-8", "surrogatepass"),
+                             digest_size=16).digest()
     if cache is not None and digest in cache:
-        hashes, positions, own, answer = cache[digest]
-        return Cell(label, source if own else "", hashes, positions, own, answer)
-    tokens = normalise(source, skeleton.keep, skeleton.attributes)
-    every = kgram_hashes(tokens)
-    own_kgram = ~np.isin(every, skeleton.hashes)
+        hashes, positions, own, answer, forced = cache[digest]
+        return Cell(label, source if own else "", hashes, positions, own, answer, forced)
+    every, texts, own_kgram = _own_texts(source, skeleton)
     kept = winnow(every)
     kept = kept[own_kgram[kept]]
-    covered = np.zeros(len(tokens) + 1, dtype=np.int64)
-    starts = np.flatnonzero(own_kgram)
-    np.add.at(covered, starts, 1)
-    np.add.at(covered, starts + K, -1)
-    mine = np.cumsum(covered)[:len(tokens)] > 0
-    own = int(np.count_nonzero(mine))
-    answer = answer_digest([t.text for t, m in zip(tokens, mine) if m])
+    forced = skeleton.forced(label, texts)
+    answer = 0 if forced else answer_digest(texts)
     if cache is not None and len(cache) < 200_000:
-        cache[digest] = (every[kept], kept, own, answer)
-    return Cell(label, source if own else "", every[kept], kept, own, answer)
+        cache[digest] = (every[kept], kept, len(texts), answer, forced)
+    return Cell(label, source if texts else "", every[kept], kept, len(texts), answer, forced)
 
 
 def answer_digest(texts: list[str]) -> int:
@@ -620,14 +665,21 @@ def joint_candidates(answers: Answers) -> list[tuple[int, int]]:
     return [(int(i), int(j)) for i, j in zip(first[possible], second[possible])]
 
 
-def hands(answers: Answers, copies: set[tuple[int, int]]) -> np.ndarray:
-    """How many hands wrote each answer of the class (``(answers,)``): its submissions, the
-    members of a group of ``copies`` (pairs, joined transitively) counted once."""
-    count = len(answers.keys)
+def _roots(count: int, copies: set[tuple[int, int]]) -> np.ndarray:
+    """``(count,)``: each submission's hand, the least member of its group of ``copies`` (pairs,
+    joined transitively)."""
     root = np.arange(count)
     for i, j in sorted(copies):
         a, b = root[i], root[j]
         root[root == max(a, b)] = min(a, b)                    # a few pairs: O(pairs · n) at most
+    return root
+
+
+def hands(answers: Answers, copies: set[tuple[int, int]]) -> np.ndarray:
+    """How many hands wrote each answer of the class (``(answers,)``): its submissions, the
+    members of a group of ``copies`` (pairs, joined transitively) counted once."""
+    count = len(answers.keys)
+    root = _roots(count, copies)
     rows = np.concatenate(answers.rows or [np.zeros(0, int)])
     owners = np.concatenate([np.full(len(k), root[i]) for i, k in enumerate(answers.keys)] or [np.zeros(0, int)])
     distinct = np.unique(rows * count + owners) // count
@@ -730,15 +782,12 @@ def similar_pairs(assignment: str, submissions: list[Submission], keep: frozense
     answers = Answers(submissions)
     by_answers = identical_pairs(submissions, answers=answers)
     by_prints = _fingerprint_pairs(prints, table, totals, rare_prints, threshold)
-    collisions = _other_collisions(answers, hands(answers, set(by_answers)))
     shared_labels = {pair: _shared_long_labels(submissions[pair[0]], submissions[pair[1]], rare_prints)
                      for pair in by_prints}
-    for pair, labels in shared_labels.items():          # near-identical long answers of other pairs
-        if pair not in by_answers:
-            for label in labels:
-                collisions[label] = collisions.get(label, 0.0) + 1
+    chance = _chance_collisions(answers, set(by_answers),
+                                {pair: labels for pair, labels in shared_labels.items() if pair not in by_answers})
     by_prints = {(i, j): found for (i, j), found in by_prints.items()
-                 if (i, j) in by_answers or _uncontradicted(i, j, shared_labels[(i, j)], answers, collisions)}
+                 if (i, j) in by_answers or _uncontradicted(i, j, shared_labels[(i, j)], chance)}
     if set(by_prints) - set(by_answers):
         by_answers = identical_pairs(submissions, set(by_prints), answers)
     pairs = []
@@ -753,13 +802,72 @@ def similar_pairs(assignment: str, submissions: list[Submission], keep: frozense
     return sorted(pairs, key=lambda p: (-p.score, -p.bits, p.student_a, p.student_b))
 
 
-def _other_collisions(answers: Answers, written: np.ndarray) -> dict[str, float]:
-    """``{question: pairs of hands}``: per question (cell label), how many pairs of the class's hands
-    (:func:`hands`: a group already reported as copies counts once) hand in the same answer."""
-    out: dict[str, float] = {}
-    for key, hands_of in zip(answers.table, written):
-        label = answers.labels[int(key)]
-        out[label] = out.get(label, 0.0) + hands_of * (hands_of - 1) / 2
+@dataclass
+class Collisions:
+    """Per question (cell label), what the class shows of chance: the pairs of hands that hand in the
+    same answer (``identical``) or near-identical long ones (``near``) and yet differ on another
+    question both answer, and how many pairs of hands hand in an answer more than :func:`joint_cap`
+    of the class hand in (``common``); ``keys``: each submission's ``{label: answer key}``."""
+
+    identical: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+    near: dict[str, set[tuple[int, int]]] = field(default_factory=dict)
+    common: dict[str, float] = field(default_factory=dict)
+    keys: list[dict[str, int]] = field(default_factory=list)
+
+    def others(self, i: int, j: int, label: str) -> float:
+        """The chance the class shows on ``label`` against the pair ``(i, j)``: the other pairs that
+        show it there, near-identical ones only when ``i`` and ``j``'s own answers are not identical
+        (a pair alike to the last token is more than students who write nearly alike explain). The
+        pair's own identical answer, if it rests on ``label``, is rare: never one of the common."""
+        mine = self.keys[i].get(label)
+        against = self.identical.get(label, set())
+        if mine is None or mine != self.keys[j].get(label):
+            against = against | self.near.get(label, set())
+        return len(against - {(i, j)}) + self.common.get(label, 0.0)
+
+
+def _differ_elsewhere(mine: dict[str, int], theirs: dict[str, int], labels: set[str]) -> bool:
+    """Whether two submissions (``{label: answer key}`` each) hand in different answers to a question
+    not in ``labels`` that both answer: what two students who did not copy each other show."""
+    return any(label not in labels and label in theirs and theirs[label] != key for label, key in mine.items())
+
+
+def _chance_collisions(answers: Answers, copies: set[tuple[int, int]],
+                       near: dict[tuple[int, int], set[str]]) -> Collisions:
+    """What the class shows of chance (:class:`Collisions`). A pair of hands that hand in the same
+    answer to a question (or near-identical long answers, ``near``: the fingerprint pairs and the
+    labels they rest on) is chance's evidence only when the two hand in different answers to
+    another question both answer (:func:`_differ_elsewhere`): a copier's pair is identical on all
+    it copied, so the copies of a class do not make one another look like chance. An answer more
+    than :func:`joint_cap` of the class hand in is the class's way to write it: its pairs of hands
+    count whatever they do elsewhere. ``copies``: pairs already reported, one hand each. Linear
+    work: at most ``joint_cap(n)^2 / 2`` pairs per rare answer."""
+    count = len(answers.keys)
+    by_label = [{answers.labels[int(k)]: int(k) for k in keys} for keys in answers.keys]
+    out = Collisions(keys=by_label)
+    if count < 2:
+        return out
+    root = _roots(count, copies)
+    written = hands(answers, copies)
+    cap = joint_cap(count)
+    holders: dict[int, list[int]] = {}
+    for student, rows in enumerate(answers.rows):
+        for row in rows.tolist():
+            holders.setdefault(row, []).append(student)
+    for row, who in holders.items():
+        label = answers.labels[int(answers.table[row])]
+        if answers.counts[row] > cap:
+            out.common[label] = out.common.get(label, 0.0) + written[row] * (written[row] - 1) / 2
+            continue
+        distinct = list({int(root[s]): s for s in who}.values())             # one submission per hand
+        for a, b in itertools.combinations(sorted(distinct), 2):
+            if _differ_elsewhere(by_label[a], by_label[b], {label}):
+                out.identical.setdefault(label, set()).add((a, b))
+    for (i, j), labels in near.items():
+        if _differ_elsewhere(by_label[i], by_label[j], labels):
+            for label in labels:
+                if by_label[i].get(label) is None or by_label[i].get(label) != by_label[j].get(label):
+                    out.near.setdefault(label, set()).add((i, j))
     return out
 
 
@@ -779,20 +887,13 @@ def _shared_long_labels(a: Submission, b: Submission, rare: np.ndarray) -> set[s
     return {label for cell_a, cell_b, _ in _rare_cell_pairs(a, b, rare) for label in (cell_a.label, cell_b.label)}
 
 
-def _uncontradicted(i: int, j: int, labels: set[str], answers: Answers, collisions: dict[str, float]) -> bool:
+def _uncontradicted(i: int, j: int, labels: set[str], chance: Collisions) -> bool:
     """Whether the class contradicts none of the long answers a fingerprint pair (submissions ``i``
-    and ``j``) rests on (its ``labels``): on each of those questions, no other two hands hand in the same answer (the
-    class's hands: a group already reported as copies counts once) and no other fingerprint pair
-    not supported by identical answers has near-identical ones. Where independent students are
-    seen to write one long answer alike, one more pair that does is no evidence by itself: only
-    the joint rule's chance bound decides it."""
-    own = np.intersect1d(answers.keys[i], answers.keys[j], assume_unique=True)
-    for label in labels:
-        # the pair's own collisions: its fingerprint pair, its identical answer
-        mine = 1 + sum(1 for k in own if answers.labels.get(int(k)) == label)
-        if collisions.get(label, 0.0) - mine > 0:
-            return False
-    return True
+    and ``j``) rests on (its ``labels``): on each of those questions, no other pair shows chance
+    (:func:`_chance_collisions`: two hands alike there and different elsewhere, or an answer many
+    hand in). Where independent students are seen to write one long answer alike, one more pair
+    that does is no evidence by itself: only the joint rule's chance bound decides it."""
+    return all(chance.others(i, j, label) <= 0 for label in labels)
 
 
 def _identical_matches(a: Submission, b: Submission, questions: list[str], shown: set[str]) -> list[Match]:

@@ -131,6 +131,29 @@ def skeleton_sources(source_dir: Path | None, assignment: str) -> list[str]:
     return out
 
 
+def solution_cells(source_dir: Path | None, assignment: str, questions: list) -> list[tuple[str, str]]:
+    """``(question id, source)`` of the source notebooks' answer cells (nbgrader grade id
+    ``QID_answer``), their solution regions kept: what a forced answer is near."""
+    if source_dir is None:
+        return []
+    ids = {f"{q.id}_answer": q.id for q in questions}
+    out = []
+    folder = Path(source_dir) / assignment
+    for path in sorted(folder.glob("*.ipynb")) if folder.is_dir() else []:
+        try:
+            raw = path.read_bytes()
+        except OSError:
+            continue
+        out.extend((ids[grade_id], source) for source, grade_id, _ in _notebook_code_cells(raw) if grade_id in ids)
+    return out
+
+
+def assignment_skeleton(source_dir: Path | None, assignment: str, questions: list) -> similarity.Skeleton:
+    """What every student of ``assignment`` is given, and its solution's answers (``questions``: its questions)."""
+    return similarity.Skeleton.of(skeleton_sources(source_dir, assignment),
+                                  solution_cells(source_dir, assignment, questions))
+
+
 def fingerprint_notebooks(notebooks: list[tuple[str, bytes]], questions: list,
                           skeleton: similarity.Skeleton) -> list[similarity.Submission]:
     """The submissions of one assignment, fingerprinted against its ``skeleton``: ``notebooks`` are
@@ -158,7 +181,7 @@ def check_class(tasks: list[Task], source_dir: Path | None, questions: dict[str,
     for task in tasks:
         by_assignment.setdefault(task.assignment, []).append(task)
     for assignment in sorted(by_assignment):
-        skeleton = similarity.Skeleton.of(skeleton_sources(source_dir, assignment))
+        skeleton = assignment_skeleton(source_dir, assignment, questions.get(assignment, []))
         read = ((task.student, _read(task)) for task in by_assignment[assignment])
         submissions = fingerprint_notebooks([(student, raw) for student, raw in read if raw is not None],
                                             questions.get(assignment, []), skeleton)
