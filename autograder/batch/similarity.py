@@ -50,10 +50,12 @@ reported when its score reaches the threshold (``DEFAULT_THRESHOLD``, 0.9: a cop
 0.8 let through 24 independent pairs and 0.9 nine, with 551 and 549 copies found; ``grade
 --similarity-threshold``) and the class contradicts none of the long answers it rests on
 (:func:`_uncontradicted`): on each question of its shared rare fingerprints, the class shows no
-chance (:func:`_chance_collisions`): no other two hands hand in the same answer (or, against a
-pair whose own answers there are not identical, near-identical long ones: a fingerprint pair the
-joint rule does not report) **while handing in different answers to another question both
-answer**, and no answer there is one more than :func:`joint_cap` of the class hand in. Where the
+chance (:func:`_chance_collisions`, :meth:`Collisions.shown`): no two pairs of hands hand in the
+same answer (or, against a pair whose own answers there are not identical, near-identical long
+ones: a fingerprint pair the joint rule does not report) **while handing in different answers to
+another question both answer** (one such pair alone may be a copy with an answer of its own: it
+is listed, and hides nothing), and no answer there is one more than :func:`joint_cap` of the
+class hand in. Where the
 class shows independent students writing a long answer alike, one more pair that does is no
 evidence by itself; only the joint rule's chance bound can report it (in the 24 synthetic classes
 of ``python -m bench.similarity --sweep 3``, the independent pairs reported went from 213 to 23
@@ -814,16 +816,19 @@ class Collisions:
     common: dict[str, float] = field(default_factory=dict)
     keys: list[dict[str, int]] = field(default_factory=list)
 
-    def others(self, i: int, j: int, label: str) -> float:
-        """The chance the class shows on ``label`` against the pair ``(i, j)``: the other pairs that
-        show it there, near-identical ones only when ``i`` and ``j``'s own answers are not identical
-        (a pair alike to the last token is more than students who write nearly alike explain). The
-        pair's own identical answer, if it rests on ``label``, is rare: never one of the common."""
+    def shown(self, i: int, j: int, label: str) -> bool:
+        """Whether the class shows chance on ``label`` against the pair ``(i, j)``: at least two pairs
+        show it there, the pair itself counted if it is one of them (near-identical ones only when
+        ``i`` and ``j``'s own answers are not identical: a pair alike to the last token is more than
+        students who write nearly alike explain), or an answer there is common. One such pair alone
+        may be a copy with an answer of its own elsewhere: it is listed (nothing contradicts it) and
+        contradicts no other. The pair's own identical answer, if it rests on ``label``, is rare:
+        never one of the common."""
         mine = self.keys[i].get(label)
         against = self.identical.get(label, set())
         if mine is None or mine != self.keys[j].get(label):
             against = against | self.near.get(label, set())
-        return len(against - {(i, j)}) + self.common.get(label, 0.0)
+        return len(against) >= 2 or self.common.get(label, 0.0) > 0
 
 
 def _differ_elsewhere(mine: dict[str, int], theirs: dict[str, int], labels: set[str]) -> bool:
@@ -889,11 +894,11 @@ def _shared_long_labels(a: Submission, b: Submission, rare: np.ndarray) -> set[s
 
 def _uncontradicted(i: int, j: int, labels: set[str], chance: Collisions) -> bool:
     """Whether the class contradicts none of the long answers a fingerprint pair (submissions ``i``
-    and ``j``) rests on (its ``labels``): on each of those questions, no other pair shows chance
-    (:func:`_chance_collisions`: two hands alike there and different elsewhere, or an answer many
-    hand in). Where independent students are seen to write one long answer alike, one more pair
+    and ``j``) rests on (its ``labels``): on none of those questions does the class show chance
+    (:meth:`Collisions.shown`: two pairs of hands alike there and different elsewhere, or an
+    answer many hand in). Where independent students are seen to write one long answer alike, one more pair
     that does is no evidence by itself: only the joint rule's chance bound decides it."""
-    return all(chance.others(i, j, label) <= 0 for label in labels)
+    return not any(chance.shown(i, j, label) for label in labels)
 
 
 def _identical_matches(a: Submission, b: Submission, questions: list[str], shown: set[str]) -> list[Match]:
